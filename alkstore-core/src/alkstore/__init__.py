@@ -1,0 +1,87 @@
+"""alkstore: coordination primitives inside the database you already have.
+
+Notify/listen wakes, durable streams with consumer offsets, at-least-once job
+queues, a transactional outbox, TTL named locks and an interval scheduler —
+one API over SQLite and PostgreSQL::
+
+    import alkstore
+
+    with alkstore.open("app.db") as store:
+        with store.transaction() as tx:
+            tx.execute("INSERT INTO orders (id) VALUES (?)", (42,))
+            tx.enqueue_tx("emails", None, {"order": 42})  # commits with the order
+
+Engines are separate distributions found through entry points; see
+:func:`open` and :func:`engines`. Engine authors start at :mod:`alkstore.engine`.
+"""
+
+from __future__ import annotations
+
+from alkstore._codec import JSONValue
+from alkstore._discovery import EngineInfo, engines, open
+from alkstore._errors import (
+    Closed,
+    Codec,
+    Database,
+    EngineNotFound,
+    Error,
+    InvalidName,
+    InvalidSpec,
+    LeadershipLost,
+    PayloadTooLarge,
+    ReservedName,
+)
+from alkstore._job import Job
+from alkstore._lock import Lock
+from alkstore._names import (
+    OUTBOX_QUEUE_PREFIX,
+    RECONNECT_CHANNEL,
+    RESERVED_PREFIX,
+    SCHEDULER_LOCK,
+)
+from alkstore._options import EnqueueOpts, QueueOpts, ScheduleOpts
+from alkstore._outbox import Outbox
+from alkstore._queue import Queue
+from alkstore._receivers import WakeReceiver
+from alkstore._store import Store
+from alkstore._stream import EventReceiver, Stream
+from alkstore._tx import TxHandle
+from alkstore._values import JobInfo, JobState, Schedule, StreamEvent, Wake
+
+__all__ = [
+    "OUTBOX_QUEUE_PREFIX",
+    "RECONNECT_CHANNEL",
+    "RESERVED_PREFIX",
+    "SCHEDULER_LOCK",
+    "Closed",
+    "Codec",
+    "Database",
+    "EngineInfo",
+    "EngineNotFound",
+    "EnqueueOpts",
+    "Error",
+    "EventReceiver",
+    "InvalidName",
+    "InvalidSpec",
+    "JSONValue",
+    "Job",
+    "JobInfo",
+    "JobState",
+    "LeadershipLost",
+    "Lock",
+    "Outbox",
+    "PayloadTooLarge",
+    "Queue",
+    "QueueOpts",
+    "ReservedName",
+    "Schedule",
+    "ScheduleOpts",
+    "Store",
+    "Stream",
+    "StreamEvent",
+    "TxHandle",
+    "Wake",
+    "WakeReceiver",
+    "engines",
+    "open",
+]

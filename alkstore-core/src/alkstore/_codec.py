@@ -1,0 +1,107 @@
+"""The JSON codec every engine stores payloads with.
+
+Payloads are JSON values: ``None``, ``bool``, ``int``, ``float`` (finite),
+``str``, lists (tuples are accepted and come back as lists) and dictionaries
+with ``str`` keys. Anything else raises :class:`~alkstore.Codec` before a byte
+is written, so what comes back out is always equal to what went in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from alkstore._errors import Codec
+
+__all__ = ["JSONValue", "decode", "encode"]
+
+JSONValue = None | bool | int | float | str | list["JSONValue"] | dict[str, "JSONValue"]
+"""What a payload decodes to."""
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _refuse(value: object) -> object:
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
+
+
+_encoder = json.JSONEncoder(
+    ensure_ascii=False,
+    allow_nan=False,
+    separators=(",", ":"),
+    default=_refuse,
+)
+
+
+def encode(payload: object) -> str:
+    """Encode ``payload`` as compact UTF-8-safe JSON text.
+
+    Raises:
+        Codec: ``payload`` is not a JSON value; the message says where and why.
+    """
+    _check(payload, "payload")
+    try:
+        text = _encoder.encode(payload)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise Codec(f"payload cannot be encoded as JSON: {exc}") from exc
+    return text
+
+
+def decode(text: str | bytes) -> Any:
+    """Decode JSON text stored by :func:`encode`.
+
+    Raises:
+        Codec: ``text`` is not valid JSON.
+    """
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise Codec(f"stored payload is not valid JSON: {exc}") from exc
+
+
+def _check(value: object, where: str, depth: int = 0) -> None:
+    """Reject what ``json`` would encode lossily or not at all.
+
+    ``json`` turns non-str keys into strings and NaN into a non-standard token,
+    and passes lone surrogates through; none of those would round-trip.
+    """
+    if depth > 500:
+        raise Codec(f"payload is nested more than 500 levels deep (or refers to itself) at {where}")
+    if isinstance(value, str):
+        if not value.isascii():
+            _check_text(value, where)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise Codec(f"{where} is {value!r}; JSON has no NaN or infinity")
+    elif isinstance(value, _SCALARS):
+        pass
+    elif isinstance(value, dict):
+        _check_object(value, where, depth)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _check(item, f"{where}[{index}]", depth + 1)
+    else:
+        raise Codec(
+            f"{where} is a {type(value).__name__}, which is not a JSON value "
+            "(use None, bool, int, float, str, list or dict with str keys)"
+        )
+
+
+def _check_object(value: dict[object, object], where: str, depth: int) -> None:
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise Codec(
+                f"{where} has a key of type {type(key).__name__} ({key!r}); "
+                "JSON object keys must be str"
+            )
+        if not key.isascii():
+            _check_text(key, f"key of {where}")
+        _check(item, f"{where}[{key!r}]", depth + 1)
+
+
+def _check_text(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Codec(f"{where} holds lone surrogates and is not valid Unicode text") from None

@@ -1,0 +1,211 @@
+"""Finding engines: the ``alkstore.engines`` entry-point group, and ``open``.
+
+Core imports no engine. A target's scheme names the engine (bare paths and
+``sqlite://`` → ``sqlite``; ``postgres://`` and ``postgresql://`` →
+``postgres``; ``NAME://`` → ``NAME``), and only that engine's entry point is
+loaded. Lookups are cached: the second ``open`` costs a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any
+
+from alkstore._errors import EngineNotFound
+
+if TYPE_CHECKING:
+    from alkstore._store import Store
+    from alkstore.engine import Engine
+
+__all__ = ["ENTRY_POINT_GROUP", "EngineInfo", "engine_name_for", "engines", "load_engine", "open"]
+
+ENTRY_POINT_GROUP = "alkstore.engines"
+
+_log = logging.getLogger("alkstore")
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+_SCHEME_ALIASES = {"sqlite": "sqlite", "postgres": "postgres", "postgresql": "postgres"}
+_FIRST_PARTY_DISTRIBUTIONS = {"sqlite": "alkstore-sqlite", "postgres": "alkstore-postgres"}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """An installed engine, as ``alkstore.engines()`` reports it."""
+
+    name: str
+    schemes: tuple[str, ...]
+    distribution: str
+    version: str
+
+
+class _Registry:
+    """The installed engines, read once, loaded on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entry_points: dict[str, EntryPoint] | None = None
+        self._loaded: dict[str, Engine] = {}
+
+    def entry_points(self) -> dict[str, EntryPoint]:
+        if self._entry_points is None:
+            found: dict[str, EntryPoint] = {}
+            for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+                if entry_point.name in found:
+                    _log.warning(
+                        "two distributions register the alkstore engine %r; using %s",
+                        entry_point.name,
+                        _distribution_of(found[entry_point.name]),
+                    )
+                    continue
+                found[entry_point.name] = entry_point
+            self._entry_points = found
+        return self._entry_points
+
+    def load(self, name: str) -> Engine:
+        engine = self._loaded.get(name)
+        if engine is not None:
+            return engine
+        with self._lock:
+            engine = self._loaded.get(name)
+            if engine is None:
+                engine = self._load_uncached(name)
+                self._loaded[name] = engine
+        return engine
+
+    def _load_uncached(self, name: str) -> Engine:
+        from alkstore.engine import Engine  # noqa: PLC0415 - engine imports this module
+
+        entry_point = self.entry_points().get(name)
+        if entry_point is None:
+            raise EngineNotFound(_not_installed_message(name))
+        where = f"{entry_point.value} from {_distribution_of(entry_point)}"
+        try:
+            engine_class = entry_point.load()
+        except Exception as exc:
+            raise EngineNotFound(
+                f"the alkstore engine {name!r} ({where}) is installed but failed to import: {exc}"
+            ) from exc
+        if not (isinstance(engine_class, type) and issubclass(engine_class, Engine)):
+            raise EngineNotFound(
+                f"the alkstore engine {name!r} ({where}) is not an alkstore.engine.Engine subclass"
+            )
+        return engine_class()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entry_points = None
+            self._loaded.clear()
+
+
+_registry = _Registry()
+
+
+def engines() -> dict[str, EngineInfo]:
+    """Return every installed engine by name.
+
+    An engine whose entry point fails to load is logged and left out rather
+    than hiding the others.
+    """
+    found = {}
+    for name, entry_point in sorted(_registry.entry_points().items()):
+        try:
+            engine = _registry.load(name)
+        except EngineNotFound as exc:
+            _log.warning("skipping a broken alkstore engine: %s", exc)
+            continue
+        distribution = entry_point.dist
+        found[name] = EngineInfo(
+            name=name,
+            schemes=tuple(engine.schemes),
+            distribution=distribution.name if distribution else "unknown",
+            version=distribution.version if distribution else "unknown",
+        )
+    return found
+
+
+def load_engine(name: str) -> Engine:
+    """Return the installed engine called ``name``.
+
+    Raises:
+        EngineNotFound: none is installed (the message says what to install),
+            or it failed to import.
+    """
+    return _registry.load(name)
+
+
+def engine_name_for(target: str) -> str:
+    """Return the name of the engine a target string asks for."""
+    match = _SCHEME.match(target)
+    if match is None:
+        return "sqlite"
+    scheme = match[1].lower()
+    return _SCHEME_ALIASES.get(scheme, scheme)
+
+
+def open(target: str | os.PathLike[str], **options: Any) -> Store:
+    """Open the store at ``target`` with the engine its scheme names.
+
+    ``alkstore.open("app.db")`` opens a SQLite file;
+    ``alkstore.open("postgresql://user@host/db")`` a PostgreSQL database.
+    ``options`` go to the engine (unknown ones raise ``TypeError``).
+
+    Raises:
+        EngineNotFound: no installed engine handles ``target``; the message
+            names the distribution to ``pip install``.
+    """
+    if isinstance(target, os.PathLike):
+        target = os.fspath(target)
+    if not isinstance(target, str):
+        raise TypeError(f"target must be a str or a path, not {type(target).__name__}")
+    if not target:
+        raise ValueError("target must not be empty: give a file path or a URL")
+    return _engine_for(target).open(target, **options)
+
+
+def _engine_for(target: str) -> Engine:
+    name = engine_name_for(target)
+    if name in _registry.entry_points():
+        return _registry.load(name)
+    # Not a conventional name: an installed engine may still claim the scheme.
+    match = _SCHEME.match(target)
+    scheme = match[1].lower() if match else None
+    for candidate in _registry.entry_points():
+        try:
+            engine = _registry.load(candidate)
+        except EngineNotFound:
+            continue
+        if scheme in engine.schemes:
+            return engine
+    raise EngineNotFound(_not_installed_message(name, target))
+
+
+def _not_installed_message(name: str, target: str | None = None) -> str:
+    subject = f"for {_redact(target)!r} " if target is not None else ""
+    installed = ", ".join(sorted(_registry.entry_points())) or "none"
+    distribution = _FIRST_PARTY_DISTRIBUTIONS.get(name)
+    if distribution is not None:
+        remedy = f"install it with: pip install {distribution}"
+    else:
+        remedy = (
+            f"install the distribution that provides the {name!r} engine "
+            f"(it registers under the {ENTRY_POINT_GROUP!r} entry-point group)"
+        )
+    return (
+        f"no alkstore engine {subject}is installed: it needs the {name!r} engine; "
+        f"{remedy} (installed engines: {installed})"
+    )
+
+
+def _redact(target: str) -> str:
+    """Hide a password in a URL-shaped target: ``scheme://user:***@host``."""
+    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", target)
+
+
+def _distribution_of(entry_point: EntryPoint) -> str:
+    distribution = entry_point.dist
+    return distribution.name if distribution else "an unknown distribution"

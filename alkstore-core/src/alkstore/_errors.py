@@ -1,0 +1,93 @@
+"""The error taxonomy: one root, one class per thing a caller can act on.
+
+"No work", lock contention and dead letters are values or state, never errors.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Closed",
+    "Codec",
+    "Database",
+    "EngineNotFound",
+    "Error",
+    "InvalidName",
+    "InvalidSpec",
+    "LeadershipLost",
+    "PayloadTooLarge",
+    "ReservedName",
+]
+
+
+class Error(Exception):
+    """An alkstore operation failed.
+
+    Every error alkstore raises derives from this class. Raised without a
+    message, an error uses the first line of its class docstring.
+    """
+
+    def __init__(self, message: str | None = None) -> None:
+        if message is None:
+            message = (type(self).__doc__ or type(self).__name__).strip().splitlines()[0]
+        super().__init__(message)
+
+
+class PayloadTooLarge(Error, ValueError):
+    """The encoded payload is larger than this engine accepts for the operation.
+
+    Raised before anything reaches the database (the PostgreSQL engine limits
+    notify payloads to 8,000 encoded bytes). Nothing was written.
+    """
+
+
+class InvalidName(Error, ValueError):
+    """The name is not usable: empty, not a string, or not valid Unicode text.
+
+    Nothing was written.
+    """
+
+
+class ReservedName(Error, ValueError):
+    """The name starts with the reserved prefix ``__alkstore_``.
+
+    That prefix belongs to alkstore's own channels, locks and queues. Nothing
+    was written.
+    """
+
+
+class Closed(Error):
+    """The store or transaction handle is closed; open a new one."""
+
+
+class Codec(Error, ValueError):
+    """The value cannot be encoded as, or decoded from, JSON.
+
+    Raised before anything is written; the message names what could not be
+    encoded (a set, NaN, a non-string dictionary key, ...).
+    """
+
+
+class Database(Error):
+    """The database failed the operation.
+
+    The engine's own exception is chained as ``__cause__``. Whether the
+    operation took effect is unknown unless the engine documents otherwise.
+    """
+
+
+class InvalidSpec(Error, ValueError):
+    """The schedule spec is not ``@every <n><unit>`` with n > 0 and unit s, m, h or d."""
+
+
+class LeadershipLost(Error):
+    """The scheduler leader failed to renew its leadership lock.
+
+    Another runner may have taken over; this runner stopped firing schedules.
+    """
+
+
+class EngineNotFound(Error, LookupError):
+    """No installed alkstore engine handles this target.
+
+    The message names the distribution to ``pip install``.
+    """

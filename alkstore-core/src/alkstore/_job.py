@@ -1,0 +1,127 @@
+"""The claimed-job handle: the one way to ack, retry, fail or heartbeat a claim."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from alkstore._backoff import backoff_delay
+from alkstore._options import check_duration
+from alkstore._payload import convert_payload
+
+if TYPE_CHECKING:
+    from alkstore._queue import Queue
+
+__all__ = ["Job", "describe_error"]
+
+T = TypeVar("T")
+
+
+class Job:
+    """A job this worker has claimed, and the handle to settle it.
+
+    Every settling call is fenced: once the claim has lapsed (deadline passed)
+    or another claim has taken the job, ``ack``, ``retry``, ``fail`` and
+    ``heartbeat`` return False and change nothing.
+    """
+
+    __slots__ = (
+        "_backoff_base_s",
+        "_queue",
+        "attempts",
+        "deadline",
+        "id",
+        "max_attempts",
+        "payload",
+        "priority",
+        "queue",
+        "run_at",
+        "worker_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        queue: Queue,
+        id: int,
+        payload: Any,
+        priority: int,
+        attempts: int,
+        max_attempts: int,
+        run_at: float,
+        deadline: float,
+        worker_id: str,
+        backoff_base_s: float,
+    ) -> None:
+        """Engines build Jobs when claiming; ``backoff_base_s`` is the row's stamp."""
+        self._queue = queue
+        self._backoff_base_s = backoff_base_s
+        self.id = id
+        self.queue = queue.name
+        self.payload = payload
+        self.priority = priority
+        self.attempts = attempts
+        """Claims so far, this one included."""
+        self.max_attempts = max_attempts
+        self.run_at = run_at
+        self.deadline = deadline
+        """When this claim lapses (Unix seconds); moved by ``heartbeat``."""
+        self.worker_id = worker_id
+
+    def payload_as(self, type_: type[T]) -> T:
+        """Return the payload built as ``type_``.
+
+        Raises:
+            Codec: the payload does not fit ``type_``.
+        """
+        return convert_payload(self.payload, type_)
+
+    def ack(self) -> bool:
+        """Finish the job: delete its row. False if the claim was lost."""
+        self._queue._store._check_open()
+        return self._queue._ack_job(self)
+
+    def retry(self, error: str | BaseException, delay_s: float | None = None) -> bool:
+        """Release the job for another attempt after ``delay_s`` seconds.
+
+        With ``delay_s=None`` the delay follows the backoff curve. A job with no
+        attempts left goes to dead letters instead. ``error`` (a message or an
+        exception) is recorded as ``last_error``. False if the claim was lost.
+        """
+        self._queue._store._check_open()
+        if delay_s is None:
+            delay = backoff_delay(self._backoff_base_s, max(self.attempts, 1))
+        else:
+            delay = check_duration(delay_s, "delay_s", zero_ok=True)
+        return self._queue._retry_job(self, describe_error(error), delay)
+
+    def fail(self, error: str | BaseException) -> bool:
+        """Move the job to dead letters now, recording ``error``. False if the claim was lost."""
+        self._queue._store._check_open()
+        return self._queue._fail_job(self, describe_error(error))
+
+    def heartbeat(self, extend_s: float) -> bool:
+        """Move the deadline to ``now + extend_s`` (absolute, not added to the old one).
+
+        False, and nothing changes, once the deadline has passed.
+        """
+        self._queue._store._check_open()
+        seconds = check_duration(extend_s, "extend_s", zero_ok=False)
+        return self._queue._heartbeat_job(self, seconds)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Job id={self.id} queue={self.queue!r} attempts={self.attempts}/"
+            f"{self.max_attempts} priority={self.priority} worker_id={self.worker_id!r} "
+            f"deadline={self.deadline:.3f}>"
+        )
+
+
+def describe_error(error: str | BaseException) -> str:
+    """Return what is recorded as ``last_error``: the text, or ``Type: message``."""
+    if isinstance(error, BaseException):
+        message = str(error)
+        name = type(error).__qualname__
+        return f"{name}: {message}" if message else name
+    if not isinstance(error, str):
+        raise TypeError(f"error must be a str or an exception, not {type(error).__name__}")
+    return error

@@ -1,0 +1,56 @@
+"""The outbox: jobs enqueued inside the business transaction, delivered later."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from alkstore._options import EnqueueOpts
+from alkstore._queue import Queue
+
+__all__ = ["Outbox"]
+
+
+class Outbox:
+    """A named outbox over its backing queue ``__alkstore_outbox:{name}``.
+
+    Put sends in the business transaction with ``tx.outbox_enqueue_tx(name,
+    ...)``: the send exists exactly when the business write commits. Deliver
+    them with :meth:`run_once` in a loop. The backing queue uses
+    ``QueueOpts(visibility_timeout_s=60, max_attempts=5, backoff_base_s=5)``.
+    """
+
+    def __init__(self, name: str, backing_queue: Queue) -> None:
+        self.name = name
+        self._queue = backing_queue
+
+    @property
+    def queue_name(self) -> str:
+        """The backing queue's name."""
+        return self._queue.name
+
+    def enqueue(self, payload: object, opts: EnqueueOpts | None = None) -> int:
+        """Add a send in its own transaction; return its job id."""
+        return self._queue.enqueue(payload, opts)
+
+    def run_once(self, worker_id: str, deliver: Callable[[Any], None]) -> bool:
+        """Claim one send and pass its payload to ``deliver``.
+
+        ``deliver`` returning acks the send; raising an ``Exception`` retries
+        it on the backoff curve (dead letters after the last attempt), with the
+        exception recorded as ``last_error``. Returns True if a send was
+        handled, False if none was ready.
+        """
+        job = self._queue.claim_one(worker_id)
+        if job is None:
+            return False
+        try:
+            deliver(job.payload)
+        except Exception as exc:  # the delivery failed: retry on the curve
+            job.retry(exc)
+        else:
+            job.ack()
+        return True
+
+    def __repr__(self) -> str:
+        return f"<Outbox {self.name!r}>"

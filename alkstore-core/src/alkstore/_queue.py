@@ -1,0 +1,155 @@
+"""Queues: durable at-least-once jobs with visibility timeouts and dead letters."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from alkstore._codec import encode
+from alkstore._job import Job
+from alkstore._names import check_identifier
+from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_int
+from alkstore._stamp import JobStamp, stamp_job
+from alkstore._values import JobInfo
+
+if TYPE_CHECKING:
+    from alkstore._store import Store
+
+__all__ = ["MAX_BATCH", "Queue", "check_job_id"]
+
+MAX_BATCH = 10_000
+"""The largest ``n`` a single ``claim_batch`` accepts."""
+
+_MAX_JOB_ID = 2**63 - 1
+
+
+class Queue(abc.ABC):
+    """A named job queue. A cheap view: get one with ``store.queue(name, opts)``.
+
+    Each ready job is handed to exactly one claimer under any concurrency, in
+    the order priority (highest first), ready time, enqueue order. Claiming
+    increments ``attempts`` and sets the deadline ``now + visibility_timeout_s``.
+    A job whose deadline passes is claimable again, and that reclaim consumes
+    an attempt; a job out of attempts goes to dead letters instead.
+
+    ``opts`` are stamped onto each job at enqueue; later opts never rewrite
+    existing jobs.
+    """
+
+    def __init__(self, store: Store, name: str, opts: QueueOpts) -> None:
+        self._store = store
+        self.name = name
+        self.opts = opts
+
+    def enqueue(self, payload: object, opts: EnqueueOpts | None = None) -> int:
+        """Add a job and commit; return its id.
+
+        Raises:
+            Codec: ``payload`` is not a JSON value (nothing is written).
+        """
+        self._store._check_open()
+        stamp = stamp_job(self.opts, opts)
+        return self._enqueue(stamp, encode(payload))
+
+    def claim_one(self, worker_id: str) -> Job | None:
+        """Claim the next ready job for ``worker_id``; None when none is ready."""
+        self._store._check_open()
+        jobs = self._claim(check_identifier(worker_id, "worker_id"), 1)
+        return jobs[0] if jobs else None
+
+    def claim_batch(self, worker_id: str, n: int) -> list[Job]:
+        """Claim up to ``n`` ready jobs in claim order; empty when none is ready."""
+        self._store._check_open()
+        worker_id = check_identifier(worker_id, "worker_id")
+        return self._claim(worker_id, check_int(n, "n", minimum=1, maximum=MAX_BATCH))
+
+    def ack_batch(self, job_ids: Iterable[int], worker_id: str) -> int:
+        """Ack every job in ``job_ids`` that ``worker_id`` still holds; return how many."""
+        self._store._check_open()
+        worker_id = check_identifier(worker_id, "worker_id")
+        ids = sorted({check_job_id(job_id) for job_id in job_ids})
+        return self._ack_batch(ids, worker_id) if ids else 0
+
+    def cancel(self, job_id: int) -> bool:
+        """Delete the job whatever its state (not an interrupt); True if it existed."""
+        self._store._check_open()
+        return self._cancel(check_job_id(job_id))
+
+    def get_job(self, job_id: int) -> JobInfo | None:
+        """Return a snapshot of a pending, processing or dead job; None if there is none."""
+        self._store._check_open()
+        return self._get_job(check_job_id(job_id))
+
+    def sweep_expired(self) -> int:
+        """Move every past-expiry job of this queue, in any state, to dead letters,
+        and purge dead letters older than their retention. Return how many moved.
+        """
+        self._store._check_open()
+        return self._sweep_expired()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until this queue may have work or ``timeout`` passes.
+
+        Wake-driven, not polling. True means "look again": a claim may still
+        find nothing. False means the timeout passed (or the store closed).
+        """
+        self._store._check_open()
+        seconds = None if timeout is None else check_duration(timeout, "timeout", zero_ok=True)
+        return self._wait(seconds)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} {self.opts}>"
+
+    # Engine hooks: arguments are already checked, encoded and stamped.
+
+    @abc.abstractmethod
+    def _enqueue(self, stamp: JobStamp, payload_json: str) -> int:
+        """Insert one job in its own transaction; return its id."""
+
+    @abc.abstractmethod
+    def _claim(self, worker_id: str, n: int) -> list[Job]:
+        """Claim up to ``n`` jobs atomically, in claim order."""
+
+    @abc.abstractmethod
+    def _ack_batch(self, job_ids: list[int], worker_id: str) -> int:
+        """Delete the listed jobs still claimed by ``worker_id``; return the count."""
+
+    @abc.abstractmethod
+    def _cancel(self, job_id: int) -> bool:
+        """Delete the job of this queue in any state; True if a row went."""
+
+    @abc.abstractmethod
+    def _get_job(self, job_id: int) -> JobInfo | None:
+        """Return the job of this queue in any state, or None."""
+
+    @abc.abstractmethod
+    def _sweep_expired(self) -> int:
+        """Dead-letter past-expiry jobs, purge dead rows past retention."""
+
+    @abc.abstractmethod
+    def _wait(self, timeout: float | None) -> bool:
+        """Block until a wake for this queue or the timeout."""
+
+    @abc.abstractmethod
+    def _ack_job(self, job: Job) -> bool:
+        """Delete the job if ``job``'s claim still holds."""
+
+    @abc.abstractmethod
+    def _retry_job(self, job: Job, error: str, delay_s: float) -> bool:
+        """Release the job to run after ``delay_s`` (or dead-letter it when out of
+        attempts), recording ``error``, if ``job``'s claim still holds."""
+
+    @abc.abstractmethod
+    def _fail_job(self, job: Job, error: str) -> bool:
+        """Dead-letter the job now, recording ``error``, if ``job``'s claim still holds."""
+
+    @abc.abstractmethod
+    def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
+        """Set the deadline to ``now + extend_s`` if the claim holds and has not
+        lapsed; on success also update ``job.deadline``."""
+
+
+def check_job_id(job_id: object) -> int:
+    """Return ``job_id`` if it is a positive 64-bit int."""
+    return check_int(job_id, "job_id", minimum=1, maximum=_MAX_JOB_ID)

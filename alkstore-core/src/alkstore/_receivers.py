@@ -1,0 +1,181 @@
+"""Wake receivers: the contract, and the buffered receiver engines fan out to."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import TracebackType
+
+from alkstore._values import Wake
+
+__all__ = ["BufferedWakeReceiver", "WakeReceiver"]
+
+
+class WakeReceiver(abc.ABC):
+    """Wakes for one channel, from the moment ``listen`` returned.
+
+    A wake says "something changed, re-read"; it never carries a payload.
+    Delivery is at-least-once: wakes may be coalesced (several notifies, one
+    wake) or repeated (after an engine reconnects), never silently lost. When
+    the engine can no longer deliver, the receiver closes: ``recv`` returns
+    None and ``closed`` is True — failure is an event, not silence.
+    """
+
+    channel: str
+
+    @abc.abstractmethod
+    def recv(self, timeout: float | None = None) -> Wake | None:
+        """Return the next wake; None when ``timeout`` seconds pass or the receiver is closed."""
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool:
+        """True once the receiver will deliver nothing more."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Stop receiving; idempotent. Blocked ``recv`` calls return None."""
+
+    async def recv_async(self, timeout: float | None = None) -> Wake | None:
+        """``recv`` for asyncio code: awaits without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.recv, timeout)
+
+    def __iter__(self) -> Iterator[Wake]:
+        """Yield wakes until the receiver closes."""
+        while (wake := self.recv()) is not None:
+            yield wake
+
+    def __aiter__(self) -> AsyncIterator[Wake]:
+        return self._iterate_async()
+
+    async def _iterate_async(self) -> AsyncIterator[Wake]:
+        while (wake := await self.recv_async()) is not None:
+            yield wake
+
+    def __enter__(self) -> WakeReceiver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<{type(self).__name__} channel={self.channel!r} {state}>"
+
+
+class BufferedWakeReceiver(WakeReceiver):
+    """A receiver an engine feeds from its watcher or listener thread.
+
+    The engine calls :meth:`deliver` for each wake and :meth:`shut` when it can
+    deliver no more (watcher died, store closed). ``on_close`` runs once when
+    the receiver closes, so the engine can stop fanning out to it.
+
+    With ``coalesce`` a wake equal to one already pending is dropped. Without
+    it, wakes queue one per delivery up to ``max_pending``, then coalesce.
+    """
+
+    def __init__(
+        self,
+        channel: str,
+        *,
+        coalesce: bool = True,
+        on_close: Callable[[BufferedWakeReceiver], None] | None = None,
+        max_pending: int = 65_536,
+    ) -> None:
+        self.channel = channel
+        self._coalesce = coalesce
+        self._on_close = on_close
+        self._max_pending = max_pending
+        self._pending: deque[Wake] = deque()
+        self._closed = False
+        self._ready = threading.Condition(threading.Lock())
+        self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pending(self) -> int:
+        """Wakes delivered and not yet received."""
+        return len(self._pending)
+
+    def deliver(self, wake: Wake) -> None:
+        """Queue ``wake`` for the receiver; a no-op once closed. Thread-safe."""
+        with self._ready:
+            if self._closed:
+                return
+            coalesce = self._coalesce or len(self._pending) >= self._max_pending
+            if coalesce and wake in self._pending:
+                return
+            self._pending.append(wake)
+            self._ready.notify()
+            self._wake_async_waiters()
+
+    def shut(self) -> None:
+        """Close the receiver from the engine's side (it can deliver no more)."""
+        self.close()
+
+    def close(self) -> None:
+        with self._ready:
+            if self._closed:
+                return
+            self._closed = True
+            self._pending.clear()
+            self._ready.notify_all()
+            self._wake_async_waiters()
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def recv(self, timeout: float | None = None) -> Wake | None:
+        with self._ready:
+            if not self._ready.wait_for(self._has_news, timeout):
+                return None
+            return self._pending.popleft() if self._pending else None
+
+    async def recv_async(self, timeout: float | None = None) -> Wake | None:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._ready:
+                if self._pending:
+                    return self._pending.popleft()
+                if self._closed:
+                    return None
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._async_waiters.append((loop, waiter))
+            remaining = None if deadline is None else deadline - time.monotonic()
+            try:
+                await asyncio.wait_for(waiter, remaining)
+            except asyncio.TimeoutError:
+                return None
+            finally:
+                with self._ready:
+                    if (loop, waiter) in self._async_waiters:
+                        self._async_waiters.remove((loop, waiter))
+
+    def _has_news(self) -> bool:
+        return bool(self._pending) or self._closed
+
+    def _wake_async_waiters(self) -> None:
+        for loop, waiter in self._async_waiters:
+            # A closed event loop raises RuntimeError: nobody awaits there any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, waiter)
+        self._async_waiters.clear()
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -1,0 +1,54 @@
+"""Stamping: what is written onto a job row at enqueue.
+
+Resolution happens here, once, for every engine: the queue's declared
+:class:`QueueOpts` merged with the job's :class:`EnqueueOpts`. Engines write a
+:class:`JobStamp` as it is; only "now" comes from the engine (on PostgreSQL,
+the database server's clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alkstore._options import EnqueueOpts, QueueOpts
+
+__all__ = ["JobStamp", "stamp_job"]
+
+_DEFAULT_ENQUEUE_OPTS = EnqueueOpts()
+
+
+@dataclass(frozen=True, slots=True)
+class JobStamp:
+    """Everything an engine writes onto a new job row besides its payload."""
+
+    priority: int
+    max_attempts: int
+    visibility_timeout_s: float
+    backoff_base_s: float
+    dead_letter_retention_s: float | None
+    delay_s: float
+    """Ready at ``now + delay_s`` when ``run_at`` is None."""
+    run_at: float | None
+    """Ready at this Unix time (absolute, from the caller)."""
+    expires_in_s: float | None
+    """Expires at ``now + expires_in_s``; None never expires."""
+
+
+def stamp_job(queue_opts: QueueOpts, opts: EnqueueOpts | None) -> JobStamp:
+    """Resolve the stamp of one job: ``opts`` over ``queue_opts``."""
+    if opts is None:
+        opts = _DEFAULT_ENQUEUE_OPTS
+    elif not isinstance(opts, EnqueueOpts):
+        raise TypeError(f"opts must be EnqueueOpts or None, not {type(opts).__name__}")
+    run_at = opts.run_at
+    assert run_at is None or isinstance(run_at, float)  # normalised by EnqueueOpts
+    return JobStamp(
+        priority=opts.priority,
+        max_attempts=queue_opts.max_attempts if opts.max_attempts is None else opts.max_attempts,
+        visibility_timeout_s=queue_opts.visibility_timeout_s,
+        backoff_base_s=queue_opts.backoff_base_s,
+        dead_letter_retention_s=queue_opts.dead_letter_retention_s,
+        delay_s=opts.delay or 0.0,
+        run_at=run_at,
+        expires_in_s=opts.expires,
+    )

@@ -1,0 +1,303 @@
+"""The Store: one handle on every mechanism, whatever engine is behind it."""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, ClassVar, Protocol
+
+from alkstore._capabilities import Capabilities
+from alkstore._codec import encode
+from alkstore._errors import Closed, PayloadTooLarge
+from alkstore._every import parse_every
+from alkstore._lock import Lock
+from alkstore._names import check_identifier, check_name, outbox_queue_name
+from alkstore._options import OUTBOX_QUEUE_OPTS, QueueOpts, ScheduleOpts, check_duration
+from alkstore._outbox import Outbox
+from alkstore._queue import Queue
+from alkstore._receivers import WakeReceiver
+from alkstore._stream import Stream
+from alkstore._tx import TxHandle
+from alkstore._values import Schedule
+
+__all__ = ["StopSignal", "Store"]
+
+_DEFAULT_QUEUE_OPTS = QueueOpts()
+
+
+class StopSignal(Protocol):
+    """What ``run_schedules`` needs of its stop argument (a ``threading.Event`` fits)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+
+class Store(abc.ABC):
+    """One open store: notify/listen, streams, queues, outboxes, locks, schedules.
+
+    Get one with ``alkstore.open(target)``. A Store is safe to share between
+    threads. Mechanism handles (``queue``, ``stream``, ``outbox``) are cheap
+    views. After :meth:`close` every call raises :class:`~alkstore.Closed`.
+
+    Every name-bearing method checks its names (``InvalidName``,
+    ``ReservedName``) and encodes its payload (``Codec``) before touching the
+    database, so bad input changes nothing.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    """The engine's declared asymmetries."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        """Where the store lives, safe to print (no passwords)."""
+        self._closed = False
+        self._queue_opts: dict[str, QueueOpts] = {}
+        self._queue_opts_lock = threading.Lock()
+
+    # Lifecycle
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (or the engine shut the store down)."""
+        return self._closed
+
+    def close(self) -> None:
+        """Release every connection and close every receiver; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} {self.location!r} {state}>"
+
+    # notify / listen
+
+    def notify(self, channel: str, payload: object) -> None:
+        """Wake every current listener of ``channel``, fire-and-forget, in its own transaction.
+
+        Raises:
+            PayloadTooLarge: the encoded payload exceeds the engine's notify limit.
+        """
+        self._check_open()
+        channel = check_name(channel, "channel")
+        self._notify(channel, self._check_notify_payload(encode(payload)))
+
+    def listen(self, channel: str) -> WakeReceiver:
+        """Return a receiver of wakes for notifies on ``channel`` committed from now on."""
+        self._check_open()
+        return self._listen(check_name(channel, "channel"))
+
+    # Mechanism handles
+
+    def stream(self, name: str) -> Stream:
+        """Return the stream ``name`` (created on first publish)."""
+        self._check_open()
+        return self._stream(check_name(name, "stream"))
+
+    def queue(self, name: str, opts: QueueOpts | None = None) -> Queue:
+        """Return the queue ``name``, declaring ``opts`` for it in this Store.
+
+        Jobs are stamped with the opts at enqueue. Without ``opts``, the opts
+        this Store last declared for ``name`` apply, else the defaults; the
+        same goes for ``tx.enqueue_tx``.
+        """
+        self._check_open()
+        name = check_name(name, "queue")
+        if opts is None:
+            opts = self._declared_queue_opts(name)
+        elif not isinstance(opts, QueueOpts):
+            raise TypeError(f"opts must be QueueOpts or None, not {type(opts).__name__}")
+        else:
+            with self._queue_opts_lock:
+                self._queue_opts[name] = opts
+        return self._queue(name, opts)
+
+    def outbox(self, name: str) -> Outbox:
+        """Return the outbox ``name`` over its backing queue ``__alkstore_outbox:{name}``."""
+        self._check_open()
+        name = check_name(name, "outbox")
+        return Outbox(name, self._queue(outbox_queue_name(name), OUTBOX_QUEUE_OPTS))
+
+    # Locks
+
+    def try_lock(self, name: str, owner: str, ttl_s: float) -> Lock | None:
+        """Acquire the lock ``name`` for ``owner`` for ``ttl_s`` seconds.
+
+        Returns None when another owner holds it unexpired (contention is a
+        value, never an error). The same owner re-acquiring a lock it holds
+        gets a handle and the TTL is not refreshed; use ``renew`` for that.
+        """
+        self._check_open()
+        name = check_name(name, "lock")
+        owner = check_identifier(owner, "lock owner")
+        return self._try_lock(name, owner, check_duration(ttl_s, "ttl_s", zero_ok=False))
+
+    # Scheduler
+
+    def schedule(
+        self,
+        name: str,
+        spec: str,
+        queue: str,
+        payload: object,
+        opts: ScheduleOpts | None = None,
+    ) -> Schedule:
+        """Create or replace the schedule ``name``: enqueue ``payload`` into
+        ``queue`` at every boundary of ``spec`` (``@every <n><unit>``).
+
+        Boundaries are anchored at the schedule's creation time. Schedules fire
+        only while some process runs :meth:`run_schedules`.
+
+        Raises:
+            InvalidSpec: ``spec`` is not ``@every <n><unit>``.
+        """
+        self._check_open()
+        name = check_name(name, "schedule")
+        interval_s = parse_every(spec)
+        queue = check_name(queue, "queue")
+        if opts is None:
+            opts = ScheduleOpts()
+        elif not isinstance(opts, ScheduleOpts):
+            raise TypeError(f"opts must be ScheduleOpts or None, not {type(opts).__name__}")
+        return self._schedule(name, spec, interval_s, queue, encode(payload), opts)
+
+    def unschedule(self, name: str) -> bool:
+        """Delete the schedule ``name``; True if it existed."""
+        self._check_open()
+        return self._unschedule(check_name(name, "schedule"))
+
+    def run_schedules(self, stop: StopSignal, *, owner: str | None = None) -> None:
+        """Fire due schedules until ``stop`` is set.
+
+        One runner across all processes is leader (it holds the lock
+        ``__alkstore_scheduler``); the others wait as standbys. For each
+        elapsed boundary the leader enqueues once, the enqueue and the
+        boundary advance in one transaction; at most 64 missed boundaries
+        are caught up, then it skips to the next future boundary.
+
+        Raises:
+            LeadershipLost: this runner was leader and failed to renew.
+        """
+        self._check_open()
+        owner = default_owner() if owner is None else check_identifier(owner, "owner")
+        self._run_schedules(stop, owner)
+
+    # Transactions
+
+    def begin_tx(self) -> TxHandle:
+        """Open a transaction for a business write and ``*_tx`` side effects."""
+        self._check_open()
+        return self._begin_tx()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[TxHandle]:
+        """Run the block in a transaction: commit on success, roll back on an exception."""
+        with self.begin_tx() as tx:
+            yield tx
+
+    def adopt_tx(self, connection: Any) -> TxHandle:
+        """Write ``*_tx`` side effects through the caller's own open driver connection.
+
+        The caller owns the transaction: its commit or rollback decides the
+        side effects too.
+        """
+        self._check_open()
+        return self._adopt_tx(connection)
+
+    # Helpers for engines and mechanism handles
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed(f"{self!r} is closed")
+
+    def _declared_queue_opts(self, name: str) -> QueueOpts:
+        return self._queue_opts.get(name, _DEFAULT_QUEUE_OPTS)
+
+    def _check_notify_payload(self, payload_json: str) -> str:
+        limit = self.capabilities.notify_payload_limit
+        if limit is not None and len(payload_json) * 4 > limit:
+            size = len(payload_json.encode("utf-8"))
+            if size > limit:
+                raise PayloadTooLarge(
+                    f"notify payload is {size} bytes encoded; this engine's limit is {limit}"
+                )
+        return payload_json
+
+    # Engine hooks: arguments are already checked and encoded.
+
+    @abc.abstractmethod
+    def _close(self) -> None:
+        """Release connections, stop watchers, close every receiver."""
+
+    @abc.abstractmethod
+    def _notify(self, channel: str, payload_json: str) -> None:
+        """Send a notify in its own transaction."""
+
+    @abc.abstractmethod
+    def _listen(self, channel: str) -> WakeReceiver:
+        """Return a receiver for wakes committed after this call returns."""
+
+    @abc.abstractmethod
+    def _stream(self, name: str) -> Stream:
+        """Return the engine's Stream view."""
+
+    @abc.abstractmethod
+    def _queue(self, name: str, opts: QueueOpts) -> Queue:
+        """Return the engine's Queue view (``name`` may be an outbox's backing queue)."""
+
+    @abc.abstractmethod
+    def _try_lock(self, name: str, owner: str, ttl_s: float) -> Lock | None:
+        """Acquire or re-acquire (without refreshing) the lock, else None."""
+
+    @abc.abstractmethod
+    def _schedule(
+        self,
+        name: str,
+        spec: str,
+        interval_s: int,
+        queue: str,
+        payload_json: str,
+        opts: ScheduleOpts,
+    ) -> Schedule:
+        """Upsert the schedule row."""
+
+    @abc.abstractmethod
+    def _unschedule(self, name: str) -> bool:
+        """Delete the schedule row; True if one went."""
+
+    @abc.abstractmethod
+    def _run_schedules(self, stop: StopSignal, owner: str) -> None:
+        """Lead or stand by, firing due schedules, until ``stop`` is set."""
+
+    @abc.abstractmethod
+    def _begin_tx(self) -> TxHandle:
+        """Start a transaction on a connection of the engine's."""
+
+    @abc.abstractmethod
+    def _adopt_tx(self, connection: Any) -> TxHandle:
+        """Wrap the caller's connection; refuse one to other storage with a clear error."""
+
+
+def default_owner() -> str:
+    """An owner id unique to this process and call: ``host:pid:random``."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

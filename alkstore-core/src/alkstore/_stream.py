@@ -1,0 +1,234 @@
+"""Streams: durable, commit-ordered event logs with explicit consumer offsets."""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from alkstore._codec import encode
+from alkstore._names import check_identifier
+from alkstore._options import check_int
+from alkstore._receivers import WakeReceiver
+from alkstore._values import StreamEvent
+
+if TYPE_CHECKING:
+    from alkstore._store import Store
+
+__all__ = ["MAX_READ", "EventReceiver", "Stream"]
+
+MAX_READ = 10_000
+"""The largest ``limit`` a single read accepts."""
+
+MAX_OFFSET = 2**63 - 1
+"""Offsets are 64-bit signed integers in every engine."""
+
+
+class Stream(abc.ABC):
+    """A durable event log. A cheap view: get one with ``store.stream(name)``.
+
+    Offsets are positive, strictly increasing and commit-ordered: a reader
+    that has seen offset N never later finds a newly committed event at an
+    offset <= N. Every committed event stays readable by every consumer whose
+    saved offset has not passed it. Consumer offsets only move forward and
+    are saved only when asked (``save_offset``), never automatically.
+    """
+
+    def __init__(self, store: Store, name: str) -> None:
+        self._store = store
+        self.name = name
+
+    def publish(self, payload: object) -> int:
+        """Append ``payload`` and commit; return its offset.
+
+        Raises:
+            Codec: ``payload`` is not a JSON value (nothing is written).
+        """
+        self._store._check_open()
+        return self._publish(None, encode(payload))
+
+    def publish_with_key(self, key: str, payload: object) -> int:
+        """Append ``payload`` tagged with ``key`` and commit; return its offset."""
+        self._store._check_open()
+        return self._publish(check_key(key), encode(payload))
+
+    def read_since(self, offset: int, limit: int = 1000) -> list[StreamEvent]:
+        """Return committed events with offsets greater than ``offset``, ascending."""
+        self._store._check_open()
+        return self._read_since(check_offset(offset), check_limit(limit))
+
+    def read_from_consumer(self, consumer: str, limit: int = 1000) -> list[StreamEvent]:
+        """Return events after ``consumer``'s saved offset, ascending."""
+        offset = self.get_offset(consumer)
+        return self._read_since(offset, check_limit(limit))
+
+    def get_offset(self, consumer: str) -> int:
+        """Return ``consumer``'s saved offset; 0 when it never saved one."""
+        self._store._check_open()
+        return self._get_offset(check_identifier(consumer, "consumer name"))
+
+    def save_offset(self, consumer: str, offset: int) -> bool:
+        """Save ``offset`` for ``consumer`` if it is ahead of the saved one.
+
+        Returns True if the offset advanced; False (and nothing changes) if it
+        would move back or stay put.
+        """
+        self._store._check_open()
+        return self._save_offset(check_identifier(consumer, "consumer name"), check_offset(offset))
+
+    def subscribe(self, consumer: str) -> EventReceiver:
+        """Replay events after ``consumer``'s saved offset, then wait for new ones."""
+        self._store._check_open()
+        consumer = check_identifier(consumer, "consumer name")
+        wakes = self._watch()  # listening before the first read: no event slips between
+        try:
+            start = self._get_offset(consumer)
+        except BaseException:
+            wakes.close()
+            raise
+        return EventReceiver(self, consumer, wakes, start)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # Engine hooks: arguments are already checked and encoded.
+
+    @abc.abstractmethod
+    def _publish(self, key: str | None, payload_json: str) -> int:
+        """Append one event in its own transaction; return its offset."""
+
+    @abc.abstractmethod
+    def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
+        """Return up to ``limit`` committed events after ``offset``, ascending."""
+
+    @abc.abstractmethod
+    def _get_offset(self, consumer: str) -> int:
+        """Return the consumer's saved offset, 0 if none."""
+
+    @abc.abstractmethod
+    def _save_offset(self, consumer: str, offset: int) -> bool:
+        """Raise the consumer's offset to ``offset`` if higher; True if it moved."""
+
+    @abc.abstractmethod
+    def _watch(self) -> WakeReceiver:
+        """Return a receiver woken (at least) whenever an event of this stream commits."""
+
+
+class EventReceiver:
+    """Durable consumption of one stream by one consumer.
+
+    Replays from the consumer's saved offset, then waits for new events.
+    Offsets are saved only by :meth:`save_offset`. Use one receiver from one
+    thread at a time.
+    """
+
+    def __init__(
+        self, stream: Stream, consumer: str, wakes: WakeReceiver, start_offset: int
+    ) -> None:
+        self.stream = stream
+        self.consumer = consumer
+        self._wakes = wakes
+        self._position = start_offset
+        self._buffer: deque[StreamEvent] = deque()
+        self.last_delivered: int | None = None
+        """Offset of the last event ``recv`` returned; None before the first."""
+
+    @property
+    def closed(self) -> bool:
+        """True once the receiver will deliver nothing more."""
+        return self._wakes.closed
+
+    def recv(self, timeout: float | None = None) -> StreamEvent | None:
+        """Return the next event; None when ``timeout`` passes or the receiver closes."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._buffer:
+            if self._wakes.closed:
+                return None
+            events = self.stream.read_since(self._position, 1000)
+            if events:
+                self._buffer.extend(events)
+                self._position = events[-1].offset
+                break
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            self._wakes.recv(remaining)
+        event = self._buffer.popleft()
+        self.last_delivered = event.offset
+        return event
+
+    async def recv_async(self, timeout: float | None = None) -> StreamEvent | None:
+        """``recv`` for asyncio code: awaits without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, self.recv, timeout)
+
+    def save_offset(self, offset: int | None = None) -> bool:
+        """Save ``offset`` (default: the last delivered event's) for this consumer.
+
+        Returns True if the saved offset advanced. With nothing delivered yet
+        and no ``offset`` given, saves nothing and returns False.
+        """
+        if offset is None:
+            if self.last_delivered is None:
+                return False
+            offset = self.last_delivered
+        return self.stream.save_offset(self.consumer, offset)
+
+    def close(self) -> None:
+        """Stop receiving; idempotent."""
+        self._wakes.close()
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        while (event := self.recv()) is not None:
+            yield event
+
+    def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        return self._iterate_async()
+
+    async def _iterate_async(self) -> AsyncIterator[StreamEvent]:
+        while (event := await self.recv_async()) is not None:
+            yield event
+
+    def __enter__(self) -> EventReceiver:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return (
+            f"<EventReceiver stream={self.stream.name!r} consumer={self.consumer!r} "
+            f"last_delivered={self.last_delivered} {state}>"
+        )
+
+
+def check_key(key: object) -> str:
+    """Return ``key`` if it is a ``str`` of valid Unicode text (it may be empty)."""
+    if not isinstance(key, str):
+        raise ValueError(f"key must be a str, not {type(key).__name__}")
+    if key and not key.isascii():
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"key {key!r} holds lone surrogates") from None
+    return key
+
+
+def check_offset(offset: object) -> int:
+    """Return ``offset`` if it is an int in ``[0, 2**63 - 1]``."""
+    return check_int(offset, "offset", minimum=0, maximum=MAX_OFFSET)
+
+
+def check_limit(limit: object) -> int:
+    """Return ``limit`` if it is an int in ``[1, MAX_READ]``."""
+    return check_int(limit, "limit", minimum=1, maximum=MAX_READ)

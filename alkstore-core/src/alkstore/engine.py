@@ -1,0 +1,184 @@
+"""The engine API: what an engine implements and what core gives it.
+
+An engine is a distribution that registers a subclass of :class:`Engine` under
+the ``alkstore.engines`` entry-point group::
+
+    [project.entry-points."alkstore.engines"]
+    myengine = "alkstore_myengine:MyEngine"
+
+``alkstore.open("myengine://...")`` then instantiates ``MyEngine`` once and
+calls :meth:`Engine.open` with the target string as the caller gave it.
+
+The engine's ``Store``, ``Queue``, ``Stream``, ``Lock`` and ``TxHandle``
+subclasses implement the ``_``-prefixed hooks of those classes. The public
+methods around the hooks are core's: they check names, options and payloads
+and raise the contract's errors before a hook runs, so every engine rejects
+bad input identically. Hooks receive checked names, encoded JSON text and
+resolved :class:`JobStamp` values.
+
+To prove conformance, an engine also provides a :class:`TestProvider` (from
+:meth:`Engine.test_provider`) that the ``alkstore-contract-tests`` suite uses
+to make isolated stores. See ``docs/engine-authors.md``.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from alkstore._backoff import MAX_BACKOFF_S, backoff_ceiling, backoff_delay
+from alkstore._capabilities import Capabilities
+from alkstore._codec import decode, encode
+from alkstore._discovery import ENTRY_POINT_GROUP, EngineInfo, engine_name_for, load_engine
+from alkstore._every import MAX_CATCH_UP, FirePlan, parse_every, plan_fires
+from alkstore._job import Job, describe_error
+from alkstore._lock import Lock
+from alkstore._names import check_identifier, check_name, outbox_queue_name
+from alkstore._options import OUTBOX_QUEUE_OPTS
+from alkstore._queue import Queue
+from alkstore._receivers import BufferedWakeReceiver, WakeReceiver
+from alkstore._stamp import JobStamp, stamp_job
+from alkstore._store import StopSignal, Store, default_owner
+from alkstore._stream import EventReceiver, Stream
+from alkstore._tx import TxHandle, TxState
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "MAX_BACKOFF_S",
+    "MAX_CATCH_UP",
+    "OUTBOX_QUEUE_OPTS",
+    "BufferedWakeReceiver",
+    "Capabilities",
+    "Engine",
+    "EngineInfo",
+    "EventReceiver",
+    "FirePlan",
+    "Job",
+    "JobStamp",
+    "Lock",
+    "Queue",
+    "StopSignal",
+    "Store",
+    "StoreTarget",
+    "Stream",
+    "TestProvider",
+    "TxHandle",
+    "TxState",
+    "WakeReceiver",
+    "backoff_ceiling",
+    "backoff_delay",
+    "check_identifier",
+    "check_name",
+    "decode",
+    "default_owner",
+    "describe_error",
+    "encode",
+    "engine_name_for",
+    "load_engine",
+    "outbox_queue_name",
+    "parse_every",
+    "plan_fires",
+    "stamp_job",
+]
+
+
+class Engine(abc.ABC):
+    """An installed storage engine; core instantiates it once, with no arguments.
+
+    Subclasses set ``name`` (the entry-point name), ``schemes`` (the URL
+    schemes they serve) and ``capabilities``, and implement :meth:`open`.
+    Importing the engine's module must be cheap: defer heavy driver imports
+    to :meth:`open`.
+    """
+
+    name: ClassVar[str]
+    """The engine's name, equal to its entry-point name."""
+    schemes: ClassVar[tuple[str, ...]]
+    """URL schemes this engine serves, e.g. ``("postgres", "postgresql")``."""
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    """The asymmetries the contract allows this engine; its Store declares the same."""
+
+    @abc.abstractmethod
+    def open(self, target: str, **options: Any) -> Store:
+        """Open the store at ``target``, exactly as the caller wrote it.
+
+        ``options`` are the keyword arguments of ``alkstore.open``; an engine
+        may also read options from a URL's query string. Unknown options must
+        raise ``TypeError`` (unknown name) or ``ValueError`` (bad value)
+        naming the option. Failure to reach the storage raises
+        :class:`~alkstore.Database` with a message that never shows a password.
+        """
+
+    def test_provider(self, options: Mapping[str, str]) -> TestProvider:
+        """Return the provider the contract suite uses to make isolated stores.
+
+        ``options`` are the suite's ``--alkstore-option KEY=VALUE`` pairs
+        (e.g. a DSN). Import test-only code inside this method, not at module
+        level, so production imports stay light.
+        """
+        raise NotImplementedError(
+            f"the alkstore engine {self.name!r} provides no test provider, "
+            "so the contract suite cannot run against it"
+        )
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} name={self.name!r} schemes={self.schemes!r}>"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTarget:
+    """How to open one isolated store: ``alkstore.open(target, **options)``.
+
+    ``options`` must be JSON values, so another process can open the same
+    storage (the contract suite's multi-process tests do).
+    """
+
+    target: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+class TestProvider(abc.ABC):
+    """How the contract suite gets fresh, isolated storage from an engine.
+
+    The suite calls :meth:`create_target` for each test that needs a store,
+    opens it (often several times, from threads and other processes, to act
+    as peers), closes every store it opened, then calls :meth:`drop_target`.
+    :meth:`close` runs once at the end of the session.
+    """
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    option_help: ClassVar[Mapping[str, str]] = {}
+    """The ``--alkstore-option`` keys this provider understands, with help text."""
+
+    def __init__(self, engine: Engine, options: Mapping[str, str]) -> None:
+        unknown = sorted(set(options) - set(self.option_help))
+        if unknown:
+            known = ", ".join(sorted(self.option_help)) or "none"
+            raise ValueError(
+                f"the {engine.name!r} test provider has no option {', '.join(unknown)} "
+                f"(it knows: {known})"
+            )
+        self.engine = engine
+        self.options = dict(options)
+
+    @abc.abstractmethod
+    def create_target(self) -> StoreTarget:
+        """Make new, empty storage that no other test shares, and say how to open it."""
+
+    @abc.abstractmethod
+    def drop_target(self, target: StoreTarget) -> None:
+        """Remove the storage of ``target``; every store on it is closed by now."""
+
+    def open_store(self, target: StoreTarget) -> Store:
+        """Open a store on ``target``; each call is a separate peer on the same storage."""
+        return self.engine.open(target.target, **target.options)
+
+    def describe(self) -> str:
+        """One line for the test report header, e.g. the server version."""
+        return ""
+
+    def close(self) -> None:  # noqa: B027 - most providers hold nothing
+        """Release what the provider holds (e.g. stop a server it started)."""
