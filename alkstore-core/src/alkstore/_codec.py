@@ -26,6 +26,10 @@ def _refuse(value: object) -> object:
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
 _encoder = json.JSONEncoder(
     ensure_ascii=False,
     allow_nan=False,
@@ -55,7 +59,7 @@ def decode(text: str | bytes) -> Any:
         Codec: ``text`` is not valid JSON.
     """
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:
         raise Codec(f"stored payload is not valid JSON: {exc}") from exc
 

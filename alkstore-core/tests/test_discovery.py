@@ -1,0 +1,225 @@
+"""Engine discovery, exercised with real installed distributions.
+
+Each scenario pip-installs distributions into a fresh folder and runs a
+separate interpreter with ``-S`` (no site-packages) and only that folder on
+its path, so exactly the installed distributions are visible.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from alkstore._discovery import engine_name_for
+
+TESTS = Path(__file__).parent
+CORE = TESTS.parent
+DUMMY = TESTS / "distributions" / "dummy-engine"
+BROKEN = TESTS / "distributions" / "broken-engine"
+
+
+def pip_install(target: Path, *projects: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+            "--no-build-isolation", "--no-index", "--disable-pip-version-check",
+            "--target", str(target), *map(str, projects),
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+
+
+def run_python(site: Path, code: str) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": str(site)}
+    return subprocess.run(
+        [sys.executable, "-S", "-c", textwrap.dedent(code)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def core_only(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("core-only")
+    pip_install(site, CORE)
+    return site
+
+
+@pytest.fixture(scope="module")
+def with_engines(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("with-engines")
+    pip_install(site, CORE, DUMMY, BROKEN)
+    return site
+
+
+def test_core_alone_imports_and_names_the_sqlite_distribution(core_only: Path) -> None:
+    result = run_python(
+        core_only,
+        """
+        import alkstore
+        try:
+            alkstore.open("x.db")
+        except alkstore.EngineNotFound as exc:
+            assert isinstance(exc, LookupError)
+            print(exc)
+        print(alkstore.engines())
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    message, engines = result.stdout.splitlines()
+    assert "pip install alkstore-sqlite" in message
+    assert "'x.db'" in message
+    assert engines == "{}"
+
+
+def test_core_alone_names_the_postgres_distribution_without_the_password(
+    core_only: Path,
+) -> None:
+    result = run_python(
+        core_only,
+        """
+        import alkstore
+        try:
+            alkstore.open("postgresql://ada:s3cret@db.example:5432/app")
+        except alkstore.EngineNotFound as exc:
+            print(exc)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pip install alkstore-postgres" in result.stdout
+    assert "s3cret" not in result.stdout
+
+
+def test_installed_engine_is_listed_with_its_distribution(with_engines: Path) -> None:
+    result = run_python(
+        with_engines,
+        """
+        import json, alkstore
+        print(json.dumps({n: [i.name, list(i.schemes), i.distribution, i.version]
+                          for n, i in alkstore.engines().items()}))
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {
+        "dummy": ["dummy", ["dummy", "dummy+mem", "otherscheme"], "alkstore-dummy-engine", "1.2.3"]
+    }
+    assert "skipping a broken alkstore engine" in result.stderr
+    assert "broken" in result.stderr
+
+
+def test_open_routes_by_scheme_and_passes_target_and_options(with_engines: Path) -> None:
+    result = run_python(
+        with_engines,
+        """
+        import alkstore
+        store = alkstore.open("dummy://somewhere?x=1", flavour="plain")
+        print(type(store).__name__, store.location, store.options)
+        store = alkstore.open("otherscheme://elsewhere")
+        print(type(store).__name__, store.location)
+        try:
+            alkstore.open("dummy://somewhere", colour="red")
+        except TypeError as exc:
+            print("TypeError", exc)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "DummyStore dummy://somewhere?x=1 {'flavour': 'plain'}",
+        "DummyStore otherscheme://elsewhere",
+        "TypeError unknown option colour",
+    ]
+
+
+def test_an_engine_that_fails_to_import_is_reported_when_asked_for(with_engines: Path) -> None:
+    result = run_python(
+        with_engines,
+        """
+        import alkstore
+        try:
+            alkstore.open("broken://x")
+        except alkstore.EngineNotFound as exc:
+            print(type(exc.__cause__).__name__)
+            print(exc)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    cause, message = result.stdout.splitlines()
+    assert cause == "ModuleNotFoundError"
+    assert "'broken'" in message
+    assert "alkstore-broken-engine" in message
+    assert "failed to import" in message
+
+
+def test_unknown_scheme_names_the_entry_point_group(with_engines: Path) -> None:
+    result = run_python(
+        with_engines,
+        """
+        import alkstore
+        try:
+            alkstore.open("nosuch://x")
+        except alkstore.EngineNotFound as exc:
+            print(exc)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "'nosuch' engine" in result.stdout
+    assert "alkstore.engines" in result.stdout
+    assert "installed engines: broken, dummy" in result.stdout
+
+
+def test_discovery_is_cached_after_the_first_open(with_engines: Path, tmp_path: Path) -> None:
+    # Copy the installation, open once, then uninstall the engine's metadata:
+    # a second open that still works never went back to the installed metadata.
+    site = tmp_path / "site"
+    subprocess.run(["cp", "-r", str(with_engines), str(site)], check=True)
+    result = run_python(
+        site,
+        f"""
+        import shutil, glob, alkstore
+        alkstore.open("dummy://first")
+        for info in glob.glob({str(site)!r} + "/alkstore_dummy_engine-*.dist-info"):
+            shutil.rmtree(info)
+        print(alkstore.open("dummy://second").location)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "dummy://second"
+
+
+@pytest.mark.parametrize(
+    ("target", "engine"),
+    [
+        ("app.db", "sqlite"),
+        ("/var/lib/app/app.db", "sqlite"),
+        (":memory:", "sqlite"),
+        ("file:app.db?mode=rwc", "sqlite"),
+        ("sqlite:///abs/path.db", "sqlite"),
+        ("SQLITE:///abs/path.db", "sqlite"),
+        ("postgres://u@host/db", "postgres"),
+        ("postgresql://u@host/db", "postgres"),
+        ("PostgreSQL://u@host/db", "postgres"),
+        ("myengine://anything", "myengine"),
+        ("my+engine://anything", "my+engine"),
+    ],
+)
+def test_target_scheme_names_the_engine(target: str, engine: str) -> None:
+    assert engine_name_for(target) == engine
+
+
+def test_open_refuses_what_is_not_a_target() -> None:
+    import alkstore
+
+    with pytest.raises(TypeError, match="target must be a str"):
+        alkstore.open(42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must not be empty"):
+        alkstore.open("")

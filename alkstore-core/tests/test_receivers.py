@@ -1,0 +1,131 @@
+"""The buffered wake receiver engines fan out to."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from alkstore import Wake
+from alkstore.engine import BufferedWakeReceiver
+
+
+def test_a_delivered_wake_is_received() -> None:
+    receiver = BufferedWakeReceiver("orders")
+    receiver.deliver(Wake("orders"))
+    assert receiver.recv(0) == Wake("orders")
+    assert receiver.recv(0) is None
+
+
+def test_recv_times_out_with_none() -> None:
+    receiver = BufferedWakeReceiver("orders")
+    started = time.monotonic()
+    assert receiver.recv(0.05) is None
+    assert time.monotonic() - started >= 0.04
+
+
+def test_a_blocked_recv_wakes_on_delivery_from_another_thread() -> None:
+    receiver = BufferedWakeReceiver("orders")
+    threading.Timer(0.02, receiver.deliver, [Wake("orders")]).start()
+    assert receiver.recv(5) == Wake("orders")
+
+
+def test_coalescing_merges_equal_pending_wakes_but_keeps_distinct_ones() -> None:
+    receiver = BufferedWakeReceiver("orders")
+    for _ in range(5):
+        receiver.deliver(Wake("orders"))
+    receiver.deliver(Wake("__alkstore_listener_reconnected__"))
+    assert receiver.pending == 2
+
+
+def test_without_coalescing_each_delivery_is_a_wake_until_the_bound() -> None:
+    receiver = BufferedWakeReceiver("orders", coalesce=False, max_pending=3)
+    for _ in range(5):
+        receiver.deliver(Wake("orders"))
+    assert receiver.pending == 3
+
+
+def test_closing_unblocks_recv_and_runs_on_close_once() -> None:
+    closed: list[BufferedWakeReceiver] = []
+    receiver = BufferedWakeReceiver("orders", on_close=closed.append)
+    receiver.deliver(Wake("orders"))
+    threading.Timer(0.02, receiver.shut).start()
+    assert receiver.recv(0) == Wake("orders")
+    assert receiver.recv(5) is None
+    assert receiver.closed
+    receiver.close()
+    assert closed == [receiver]
+
+
+def test_a_closed_receiver_ignores_deliveries() -> None:
+    receiver = BufferedWakeReceiver("orders")
+    receiver.close()
+    receiver.deliver(Wake("orders"))
+    assert receiver.recv(0) is None
+
+
+def test_iteration_ends_when_the_receiver_closes() -> None:
+    receiver = BufferedWakeReceiver("orders", coalesce=False)
+    receiver.deliver(Wake("orders"))
+    receiver.deliver(Wake("orders"))
+    seen = []
+    for wake in receiver:
+        seen.append(wake)
+        if len(seen) == 2:
+            receiver.close()
+    assert seen == [Wake("orders")] * 2
+
+
+def test_context_manager_closes() -> None:
+    with BufferedWakeReceiver("orders") as receiver:
+        assert "open" in repr(receiver)
+    assert receiver.closed
+    assert "closed" in repr(receiver)
+
+
+def test_recv_async_waits_without_blocking_the_loop() -> None:
+    async def scenario() -> tuple[Wake | None, int]:
+        receiver = BufferedWakeReceiver("orders")
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.001)
+
+        ticking = asyncio.create_task(ticker())
+        threading.Timer(0.05, receiver.deliver, [Wake("orders")]).start()
+        wake = await receiver.recv_async(5)
+        ticking.cancel()
+        return wake, ticks
+
+    wake, ticks = asyncio.run(scenario())
+    assert wake == Wake("orders")
+    assert ticks > 5
+
+
+def test_recv_async_times_out_and_ends_on_close() -> None:
+    async def scenario() -> list[object]:
+        receiver = BufferedWakeReceiver("orders")
+        timed_out = await receiver.recv_async(0.02)
+        asyncio.get_running_loop().call_later(0.02, receiver.close)
+        seen = [wake async for wake in receiver]
+        return [timed_out, seen]
+
+    assert asyncio.run(scenario()) == [None, []]
+
+
+@pytest.mark.parametrize("deliveries", [1, 50])
+def test_many_threads_deliver_without_losing_the_wake(deliveries: int) -> None:
+    receiver = BufferedWakeReceiver("orders")
+    threads = [
+        threading.Thread(target=receiver.deliver, args=(Wake("orders"),)) for _ in range(deliveries)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert receiver.recv(1) == Wake("orders")
