@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from alkstore._backoff import backoff_delay
 from alkstore._options import check_duration
-from alkstore._payload import convert_payload
+from alkstore._payload import HasPayload
 
 if TYPE_CHECKING:
     from alkstore._queue import Queue
 
 __all__ = ["Job", "describe_error"]
 
-T = TypeVar("T")
 
-
-class Job:
+class Job(HasPayload):
     """A job this worker has claimed, and the handle to settle it.
 
     Every settling call is fenced: once the claim has lapsed (deadline passed)
@@ -66,14 +64,6 @@ class Job:
         self.deadline = deadline
         """When this claim lapses (Unix seconds); moved by ``heartbeat``."""
         self.worker_id = worker_id
-
-    def payload_as(self, type_: type[T]) -> T:
-        """Return the payload built as ``type_``.
-
-        Raises:
-            Codec: the payload does not fit ``type_``.
-        """
-        return convert_payload(self.payload, type_)
 
     def ack(self) -> bool:
         """Finish the job: delete its row. False if the claim was lost."""

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from alkstore._errors import Codec
 
-__all__ = ["convert_payload"]
+__all__ = ["HasPayload", "convert_payload"]
 
 T = TypeVar("T")
 
@@ -31,6 +31,22 @@ def convert_payload(value: Any, target: type[T]) -> T:
     """
     result: T = _convert(value, target, "payload")
     return result
+
+
+class HasPayload:
+    """Mixin for values that carry a decoded JSON ``payload``."""
+
+    __slots__ = ()
+
+    payload: Any
+
+    def payload_as(self, type_: type[T]) -> T:
+        """Return the payload built as ``type_`` (a dataclass, list[...], int, ...).
+
+        Raises:
+            Codec: the payload does not fit ``type_``; the message names where.
+        """
+        return convert_payload(self.payload, type_)
 
 
 def _convert(value: Any, target: Any, where: str) -> Any:  # noqa: PLR0911

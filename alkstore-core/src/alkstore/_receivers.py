@@ -1,4 +1,5 @@
-"""Wake receivers: the contract, and the buffered receiver engines fan out to."""
+"""Receivers: wakes and events handed out one by one, and the buffered wake
+receiver engines fan out to."""
 
 from __future__ import annotations
 
@@ -10,27 +11,26 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from types import TracebackType
+from typing import Any, Generic, TypeVar
 
 from alkstore._values import Wake
 
-__all__ = ["BufferedWakeReceiver", "WakeReceiver"]
+__all__ = ["BufferedWakeReceiver", "Receiver", "WakeReceiver"]
+
+T = TypeVar("T")
+R = TypeVar("R", bound="Receiver[Any]")
 
 
-class WakeReceiver(abc.ABC):
-    """Wakes for one channel, from the moment ``listen`` returned.
+class Receiver(abc.ABC, Generic[T]):
+    """Something that hands out items one by one until it closes.
 
-    A wake says "something changed, re-read"; it never carries a payload.
-    Delivery is at-least-once: wakes may be coalesced (several notifies, one
-    wake) or repeated (after an engine reconnects), never silently lost. When
-    the engine can no longer deliver, the receiver closes: ``recv`` returns
-    None and ``closed`` is True — failure is an event, not silence.
+    ``recv`` blocks for the next item; iteration (sync or ``async for``) ends
+    when the receiver closes; as a context manager it closes on exit.
     """
 
-    channel: str
-
     @abc.abstractmethod
-    def recv(self, timeout: float | None = None) -> Wake | None:
-        """Return the next wake; None when ``timeout`` seconds pass or the receiver is closed."""
+    def recv(self, timeout: float | None = None) -> T | None:
+        """Return the next item; None when ``timeout`` seconds pass or the receiver is closed."""
 
     @property
     @abc.abstractmethod
@@ -41,24 +41,24 @@ class WakeReceiver(abc.ABC):
     def close(self) -> None:
         """Stop receiving; idempotent. Blocked ``recv`` calls return None."""
 
-    async def recv_async(self, timeout: float | None = None) -> Wake | None:
+    async def recv_async(self, timeout: float | None = None) -> T | None:
         """``recv`` for asyncio code: awaits without blocking the event loop."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self.recv, timeout)
 
-    def __iter__(self) -> Iterator[Wake]:
-        """Yield wakes until the receiver closes."""
-        while (wake := self.recv()) is not None:
-            yield wake
+    def __iter__(self) -> Iterator[T]:
+        """Yield items until the receiver closes."""
+        while (item := self.recv()) is not None:
+            yield item
 
-    def __aiter__(self) -> AsyncIterator[Wake]:
+    def __aiter__(self) -> AsyncIterator[T]:
         return self._iterate_async()
 
-    async def _iterate_async(self) -> AsyncIterator[Wake]:
-        while (wake := await self.recv_async()) is not None:
-            yield wake
+    async def _iterate_async(self) -> AsyncIterator[T]:
+        while (item := await self.recv_async()) is not None:
+            yield item
 
-    def __enter__(self) -> WakeReceiver:
+    def __enter__(self: R) -> R:
         return self
 
     def __exit__(
@@ -68,6 +68,19 @@ class WakeReceiver(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class WakeReceiver(Receiver[Wake]):
+    """Wakes for one channel, from the moment ``listen`` returned.
+
+    A wake says "something changed, re-read"; it never carries a payload.
+    Delivery is at-least-once: wakes may be coalesced (several notifies, one
+    wake) or repeated (after an engine reconnects), never silently lost. When
+    the engine can no longer deliver, the receiver closes: ``recv`` returns
+    None and ``closed`` is True — failure is an event, not silence.
+    """
+
+    channel: str
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"

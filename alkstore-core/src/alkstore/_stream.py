@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import abc
-import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from alkstore._codec import encode
 from alkstore._names import check_identifier
 from alkstore._options import check_int
-from alkstore._receivers import WakeReceiver
+from alkstore._receivers import Receiver, WakeReceiver
 from alkstore._values import StreamEvent
 
 if TYPE_CHECKING:
@@ -118,7 +115,7 @@ class Stream(abc.ABC):
         """Return a receiver woken (at least) whenever an event of this stream commits."""
 
 
-class EventReceiver:
+class EventReceiver(Receiver[StreamEvent]):
     """Durable consumption of one stream by one consumer.
 
     Replays from the consumer's saved offset, then waits for new events.
@@ -161,11 +158,6 @@ class EventReceiver:
         self.last_delivered = event.offset
         return event
 
-    async def recv_async(self, timeout: float | None = None) -> StreamEvent | None:
-        """``recv`` for asyncio code: awaits without blocking the event loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.recv, timeout)
-
     def save_offset(self, offset: int | None = None) -> bool:
         """Save ``offset`` (default: the last delivered event's) for this consumer.
 
@@ -181,28 +173,6 @@ class EventReceiver:
     def close(self) -> None:
         """Stop receiving; idempotent."""
         self._wakes.close()
-
-    def __iter__(self) -> Iterator[StreamEvent]:
-        while (event := self.recv()) is not None:
-            yield event
-
-    def __aiter__(self) -> AsyncIterator[StreamEvent]:
-        return self._iterate_async()
-
-    async def _iterate_async(self) -> AsyncIterator[StreamEvent]:
-        while (event := await self.recv_async()) is not None:
-            yield event
-
-    def __enter__(self) -> EventReceiver:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"

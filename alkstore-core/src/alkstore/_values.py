@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
-from alkstore._payload import convert_payload
+from alkstore._payload import HasPayload
 
 __all__ = ["JobInfo", "JobState", "Schedule", "StreamEvent", "Wake"]
-
-T = TypeVar("T")
 
 JobState = Literal["pending", "processing", "dead"]
 
@@ -26,7 +24,7 @@ class Wake:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamEvent:
+class StreamEvent(HasPayload):
     """One committed event of a stream."""
 
     offset: int
@@ -38,17 +36,9 @@ class StreamEvent:
     created_at: float
     """Unix seconds when the event was published."""
 
-    def payload_as(self, type_: type[T]) -> T:
-        """Return the payload built as ``type_`` (a dataclass, list[...], int, ...).
-
-        Raises:
-            Codec: the payload does not fit ``type_``.
-        """
-        return convert_payload(self.payload, type_)
-
 
 @dataclass(frozen=True, slots=True)
-class JobInfo:
+class JobInfo(HasPayload):
     """A snapshot of one job row, in any state, as ``Queue.get_job`` saw it."""
 
     id: int
@@ -70,14 +60,6 @@ class JobInfo:
     last_error: str | None
     died_at: float | None
     """When the job went to dead letters; None unless dead."""
-
-    def payload_as(self, type_: type[T]) -> T:
-        """Return the payload built as ``type_``.
-
-        Raises:
-            Codec: the payload does not fit ``type_``.
-        """
-        return convert_payload(self.payload, type_)
 
 
 @dataclass(frozen=True, slots=True)
