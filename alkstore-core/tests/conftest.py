@@ -10,7 +10,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("dev", max_examples=100)
+settings.register_profile(
+    "dev", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 settings.register_profile(
     "ci",
     max_examples=300,

@@ -1,17 +1,25 @@
-"""The SQLite engine of alkstore (``alkstore.open("app.db")``).
+"""The SQLite engine of alkstore: ``alkstore.open("app.db")``.
 
-This release registers the engine name and scheme; the engine itself is not
-built yet, so opening a store raises ``NotImplementedError``.
+Every mechanism lives in the application's own SQLite file, in tables named
+``__alkstore_*``: no server, any number of threads and processes. Options
+(keywords of ``alkstore.open`` or query parameters of a ``sqlite:///`` URL):
+``durability`` (``"normal"`` or ``"full"``), ``busy_timeout_s``,
+``watch_interval_s`` and ``scheduler_lease_s``.
 """
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Mapping
 from typing import Any
 
-from alkstore import Store
-from alkstore.engine import Engine
+from alkstore.engine import Engine, TestProvider
+from alkstore_sqlite._settings import Settings, parse_target
+from alkstore_sqlite._store import CAPABILITIES, SQLiteStore
 
-__all__ = ["SQLiteEngine"]
+__all__ = ["SQLiteEngine", "SQLiteStore", "Settings"]
+
+_MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
 
 
 class SQLiteEngine(Engine):
@@ -19,8 +27,19 @@ class SQLiteEngine(Engine):
 
     name = "sqlite"
     schemes = ("sqlite",)
+    capabilities = CAPABILITIES
 
-    def open(self, target: str, **options: Any) -> Store:
-        raise NotImplementedError(
-            "alkstore-sqlite 0.1.0.dev0 is a placeholder: the SQLite engine is not built yet"
-        )
+    def open(self, target: str, **options: Any) -> SQLiteStore:
+        if sqlite3.sqlite_version_info < _MIN_SQLITE:
+            raise RuntimeError(
+                f"alkstore-sqlite needs SQLite 3.35 or newer; this Python has "
+                f"{sqlite3.sqlite_version}"
+            )
+        path, url_options = parse_target(target)
+        settings = Settings.from_options({**url_options, **options})
+        return SQLiteStore(path, settings)
+
+    def test_provider(self, options: Mapping[str, str]) -> TestProvider:
+        from alkstore_sqlite._testing import SQLiteTestProvider  # noqa: PLC0415
+
+        return SQLiteTestProvider(self, options)

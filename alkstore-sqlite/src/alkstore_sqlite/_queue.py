@@ -1,0 +1,200 @@
+"""Queues on SQLite: claims are one ``UPDATE … RETURNING`` through the ready index."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import TYPE_CHECKING, Any
+
+from alkstore import JobInfo, QueueOpts
+from alkstore.engine import Job, JobStamp, Queue, decode
+from alkstore_sqlite import _sql
+from alkstore_sqlite._errors import translate
+from alkstore_sqlite._watcher import QUEUE_KEY
+
+if TYPE_CHECKING:
+    from alkstore_sqlite._store import SQLiteStore
+
+__all__ = ["SQLiteQueue", "insert_job"]
+
+
+def insert_job(
+    connection: sqlite3.Connection, queue: str, stamp: JobStamp, payload_json: str
+) -> int:
+    """Insert a job row stamped with ``stamp`` on ``connection``; return its id."""
+    now = time.time()
+    run_at = stamp.run_at if stamp.run_at is not None else now + stamp.delay_s
+    expires_at = None if stamp.expires_in_s is None else now + stamp.expires_in_s
+    cursor = connection.execute(
+        _sql.ENQUEUE,
+        (
+            queue, payload_json, stamp.priority, run_at, now, expires_at, stamp.max_attempts,
+            stamp.visibility_timeout_s, stamp.backoff_base_s, stamp.dead_letter_retention_s,
+        ),
+    )  # fmt: skip
+    job_id = cursor.lastrowid
+    assert job_id is not None
+    return job_id
+
+
+class SQLiteQueue(Queue):
+    """A queue in the store's file."""
+
+    _store: SQLiteStore
+
+    def __init__(self, store: SQLiteStore, name: str, opts: QueueOpts) -> None:
+        super().__init__(store, name, opts)
+        self._pool = store.pool
+
+    def _enqueue(self, stamp: JobStamp, payload_json: str) -> int:
+        with translate(f"enqueue into {self.name!r}"), self._pool.connection() as connection:
+            job_id = insert_job(connection, self.name, stamp, payload_json)
+        self._store.committed()
+        return job_id
+
+    def _claim(self, worker_id: str, n: int) -> list[Job]:
+        now = time.time()
+        with translate(f"claim from {self.name!r}"), self._pool.connection() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            if connection.execute(_sql.ANY_LAPSED, (self.name, now)).fetchone():
+                self._release_lapsed(connection, now)
+            rows = connection.execute(
+                _sql.CLAIM, (now, worker_id, self.name, now, now, n)
+            ).fetchall()
+            connection.execute("COMMIT")
+        rows.sort(key=lambda row: (-row[2], row[5], row[0]))
+        return [self._job(row, worker_id) for row in rows]
+
+    def _release_lapsed(self, connection: sqlite3.Connection, now: float) -> None:
+        connection.execute(_sql.LAPSED_TO_DEAD, (now, self.name, now))
+        connection.execute(_sql.DELETE_LAPSED_DEAD, (self.name, now))
+        connection.execute(_sql.LAPSED_TO_PENDING, (self.name, now))
+
+    def _job(self, row: tuple[Any, ...], worker_id: str) -> Job:
+        job_id, payload, priority, attempts, max_attempts, run_at, deadline, backoff_base_s = row
+        return Job(
+            queue=self, id=job_id, payload=decode(payload), priority=priority,
+            attempts=attempts, max_attempts=max_attempts, run_at=run_at, deadline=deadline,
+            worker_id=worker_id, backoff_base_s=backoff_base_s,
+        )  # fmt: skip
+
+    def _ack_batch(self, job_ids: list[int], worker_id: str) -> int:
+        with translate(f"ack_batch on {self.name!r}"), self._pool.connection() as connection:
+            cursor = connection.execute(
+                _sql.ACK_BATCH, (self.name, worker_id, time.time(), json.dumps(job_ids))
+            )
+        return cursor.rowcount
+
+    def _cancel(self, job_id: int) -> bool:
+        with translate(f"cancel job {job_id}"), self._pool.connection() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            removed = connection.execute(_sql.CANCEL_LIVE, (job_id, self.name)).rowcount
+            if not removed:
+                removed = connection.execute(_sql.CANCEL_DEAD, (job_id, self.name)).rowcount
+            connection.execute("COMMIT")
+        return removed > 0
+
+    def _get_job(self, job_id: int) -> JobInfo | None:
+        with translate(f"get job {job_id}"), self._pool.connection() as connection:
+            live = connection.execute(_sql.GET_LIVE, (job_id, self.name)).fetchone()
+            if live is not None:
+                return _live_info(live)
+            dead = connection.execute(_sql.GET_DEAD, (job_id, self.name)).fetchone()
+        return None if dead is None else _dead_info(dead)
+
+    def _sweep_expired(self) -> int:
+        now = time.time()
+        with translate(f"sweep {self.name!r}"), self._pool.connection() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            moved = connection.execute(_sql.EXPIRED_TO_DEAD, (now, self.name, now)).rowcount
+            connection.execute(_sql.DELETE_EXPIRED, (self.name, now))
+            self._release_lapsed(connection, now)
+            connection.execute(_sql.PURGE_DEAD, (self.name, now))
+            connection.execute("COMMIT")
+        return moved
+
+    def _wait(self, timeout: float | None) -> bool:
+        with self._store.subscribe(QUEUE_KEY + self.name) as wakes:
+            now = time.time()
+            with translate(f"wait on {self.name!r}"), self._pool.connection() as connection:
+                next_ready = connection.execute(
+                    _sql.NEXT_READY, (self.name, now, self.name)
+                ).fetchone()[0]
+            if next_ready is not None and next_ready <= now:
+                return True
+            until_ready = None if next_ready is None else next_ready - time.time()
+            if timeout is not None and (until_ready is None or timeout < until_ready):
+                return wakes.recv(timeout) is not None
+            # Work turns ready by the clock before the timeout, unless a commit comes first.
+            return wakes.recv(until_ready) is not None or not wakes.closed
+
+    def _ack_job(self, job: Job) -> bool:
+        with translate(f"ack job {job.id}"), self._pool.connection() as connection:
+            cursor = connection.execute(_sql.ACK, self._holds(job, time.time()))
+        return cursor.rowcount == 1
+
+    def _retry_job(self, job: Job, error: str, delay_s: float) -> bool:
+        now = time.time()
+        with translate(f"retry job {job.id}"), self._pool.connection() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            retried = connection.execute(
+                _sql.RETRY, (now + delay_s, error, *self._holds(job, now))
+            ).rowcount
+            settled = retried == 1 or self._to_dead(connection, job, error, now)
+            if retried:
+                connection.execute(_sql.NOTIFY, (QUEUE_KEY + self.name, "null", now))
+            connection.execute("COMMIT")
+        self._store.committed()
+        return settled
+
+    def _fail_job(self, job: Job, error: str) -> bool:
+        now = time.time()
+        with translate(f"fail job {job.id}"), self._pool.connection() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            failed = self._to_dead(connection, job, error, now)
+            connection.execute("COMMIT")
+        return failed
+
+    def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
+        now = time.time()
+        with translate(f"heartbeat job {job.id}"), self._pool.connection() as connection:
+            cursor = connection.execute(_sql.HEARTBEAT, (now + extend_s, *self._holds(job, now)))
+        if cursor.rowcount == 1:
+            job.deadline = now + extend_s
+            return True
+        return False
+
+    def _to_dead(self, connection: sqlite3.Connection, job: Job, error: str, now: float) -> bool:
+        moved = connection.execute(_sql.TO_DEAD_IF_HELD, (error, now, *self._holds(job, now)))
+        if moved.rowcount != 1:
+            return False
+        connection.execute(_sql.DELETE_BY_ID, (job.id,))
+        return True
+
+    @staticmethod
+    def _holds(job: Job, now: float) -> tuple[int, int, str, float]:
+        return (job.id, job.attempts, job.worker_id, now)
+
+
+def _live_info(row: tuple[Any, ...]) -> JobInfo:
+    (job_id, queue, payload, priority, run_at, created_at, expires_at, attempts,
+     max_attempts, worker_id, deadline, last_error) = row  # fmt: skip
+    return JobInfo(
+        id=job_id, queue=queue, state="pending" if deadline is None else "processing",
+        payload=decode(payload), priority=priority, attempts=attempts,
+        max_attempts=max_attempts, run_at=run_at, created_at=created_at,
+        expires_at=expires_at, worker_id=worker_id, deadline=deadline,
+        last_error=last_error, died_at=None,
+    )  # fmt: skip
+
+
+def _dead_info(row: tuple[Any, ...]) -> JobInfo:
+    (job_id, queue, payload, priority, run_at, created_at, expires_at, attempts,
+     max_attempts, worker_id, last_error, died_at) = row  # fmt: skip
+    return JobInfo(
+        id=job_id, queue=queue, state="dead", payload=decode(payload), priority=priority,
+        attempts=attempts, max_attempts=max_attempts, run_at=run_at, created_at=created_at,
+        expires_at=expires_at, worker_id=worker_id, deadline=None, last_error=last_error,
+        died_at=died_at,
+    )  # fmt: skip

@@ -1,0 +1,91 @@
+"""The schedule runner: leader election on ``__alkstore_scheduler``, then fires.
+
+Each elapsed boundary is one transaction that checks leadership, enqueues the
+schedule's job and advances the schedule, so a deposed leader can never fire
+a boundary twice and a crash mid-way fires it at most once more.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from alkstore import SCHEDULER_LOCK, EnqueueOpts, LeadershipLost
+from alkstore.engine import StopSignal, WakeReceiver, plan_fires, stamp_job
+from alkstore_sqlite import _sql
+from alkstore_sqlite._errors import translate
+from alkstore_sqlite._lock import SQLiteLock, acquire, holds
+from alkstore_sqlite._queue import insert_job
+from alkstore_sqlite._watcher import SCHEDULES_KEY
+
+if TYPE_CHECKING:
+    from alkstore_sqlite._store import SQLiteStore
+
+__all__ = ["run_schedules"]
+
+
+def run_schedules(store: SQLiteStore, stop: StopSignal, owner: str) -> None:
+    """Lead or stand by until ``stop`` is set; see ``Store.run_schedules``."""
+    lease = store.settings.scheduler_lease_s
+    with store.subscribe(SCHEDULES_KEY) as changes:
+        while not stop.is_set():
+            lock = _try_lead(store, owner, lease)
+            if lock is None:
+                stop.wait(lease / 4)  # standby: look again well inside a lease
+                continue
+            try:
+                _lead(store, stop, lock, changes)
+            finally:
+                if not store.closed:
+                    lock.release()
+
+
+def _try_lead(store: SQLiteStore, owner: str, lease: float) -> SQLiteLock | None:
+    with translate("take scheduler leadership"), store.pool.connection() as connection:
+        connection.execute("BEGIN IMMEDIATE")
+        leading = acquire(connection, SCHEDULER_LOCK, owner, lease)
+        connection.execute("COMMIT")
+    return SQLiteLock(store, SCHEDULER_LOCK, owner, lease) if leading else None
+
+
+def _lead(store: SQLiteStore, stop: StopSignal, lock: SQLiteLock, changes: WakeReceiver) -> None:
+    renew_every = lock.ttl_s / 3
+    renew_at = time.monotonic() + renew_every
+    while not stop.is_set():
+        if time.monotonic() >= renew_at:
+            if not lock.renew():
+                raise LeadershipLost(f"{lock.owner!r} failed to renew {SCHEDULER_LOCK!r}")
+            renew_at = time.monotonic() + renew_every
+        next_fire_at = _fire_due(store, lock)
+        sleep = renew_at - time.monotonic()
+        if next_fire_at is not None:
+            sleep = min(sleep, next_fire_at - time.time())
+        if sleep > 0:
+            changes.recv(sleep)  # a schedule change wakes the leader early
+
+
+def _fire_due(store: SQLiteStore, lock: SQLiteLock) -> float | None:
+    """Fire every elapsed boundary; return when the next one is due."""
+    now = time.time()
+    with translate("fire schedules"), store.pool.connection() as connection:
+        due = connection.execute(_sql.DUE_SCHEDULES, (now,)).fetchall()
+        for name, interval_s, queue, payload, priority, max_attempts, expires_s, next_at in due:
+            plan = plan_fires(next_at, interval_s, now)
+            opts = EnqueueOpts(priority=priority, max_attempts=max_attempts, expires=expires_s)
+            stamp = stamp_job(store._declared_queue_opts(queue), opts)
+            advances = [*plan.fire_at[1:], plan.next_fire_at]
+            for boundary, advance_to in zip(plan.fire_at, advances, strict=True):
+                connection.execute("BEGIN IMMEDIATE")
+                if not holds(connection, SCHEDULER_LOCK, lock.owner, time.time()):
+                    connection.execute("ROLLBACK")
+                    raise LeadershipLost(f"{lock.owner!r} no longer holds {SCHEDULER_LOCK!r}")
+                advanced = connection.execute(_sql.ADVANCE_SCHEDULE, (advance_to, name, boundary))
+                if advanced.rowcount == 1:
+                    insert_job(connection, queue, stamp, payload)
+                connection.execute("COMMIT")
+                if advanced.rowcount != 1:
+                    break  # the schedule changed under us: re-read it next round
+        row = connection.execute(_sql.NEXT_SCHEDULE).fetchone()
+    if due:
+        store.committed()
+    return None if row is None else row[0]

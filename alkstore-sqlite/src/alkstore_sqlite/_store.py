@@ -1,0 +1,196 @@
+"""The SQLite Store: one file, a pool of connections, one wake watcher."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from typing import Any, ClassVar
+
+from alkstore import Database, QueueOpts, Schedule, ScheduleOpts
+from alkstore.engine import (
+    BufferedWakeReceiver,
+    Capabilities,
+    Lock,
+    StopSignal,
+    Store,
+    TxHandle,
+    WakeReceiver,
+    decode,
+)
+from alkstore_sqlite import _sql
+from alkstore_sqlite._errors import translate
+from alkstore_sqlite._lock import SQLiteLock, acquire
+from alkstore_sqlite._pool import ConnectionPool, connect
+from alkstore_sqlite._queue import SQLiteQueue
+from alkstore_sqlite._scheduler import run_schedules
+from alkstore_sqlite._schema import migrate
+from alkstore_sqlite._settings import Settings
+from alkstore_sqlite._stream import SQLiteStream
+from alkstore_sqlite._tx import SQLiteTx
+from alkstore_sqlite._watcher import SCHEDULES_KEY, Watcher
+
+__all__ = ["SQLiteStore"]
+
+CAPABILITIES = Capabilities(notify_payload_limit=None, wakes_coalesce=True, reconnect_wakes=False)
+
+_NOTICE_HORIZON_S = 600.0  # notices older than this are pruned; watchers read them in ms
+_PRUNE_EVERY = 256
+
+
+class SQLiteStore(Store):
+    """A store in one SQLite file, shared by any number of threads and processes."""
+
+    capabilities: ClassVar[Capabilities] = CAPABILITIES
+
+    def __init__(self, path: str, settings: Settings) -> None:
+        super().__init__(path)
+        self.path = path
+        self.settings = settings
+        _prepare_file(path, settings)
+        self.pool = ConnectionPool(path, settings)
+        self._watcher = Watcher(path, settings, on_death=self._watcher_died)
+        self._notices = 0
+
+    @property
+    def watcher_error(self) -> BaseException | None:
+        """Why the wake watcher died, or None while it lives (or never started)."""
+        return self._watcher.error
+
+    def subscribe(self, key: str) -> BufferedWakeReceiver:
+        """A receiver for commits touching ``key`` (a channel or an internal key)."""
+        self._check_open()
+        return self._watcher.subscribe(key)
+
+    def committed(self) -> None:
+        """Tell the watcher this process just committed, so wakes go out now."""
+        self._watcher.poke()
+
+    def _watcher_died(self, error: BaseException) -> None:
+        """Receivers are closed by now; later listens raise ``Database`` with the cause."""
+
+    # Engine hooks
+
+    def _close(self) -> None:
+        self._watcher.stop()
+        self.pool.close()
+
+    def _notify(self, channel: str, payload_json: str) -> None:
+        with translate(f"notify {channel!r}"), self.pool.connection() as connection:
+            self._insert_notice(connection, channel, payload_json)
+        self.committed()
+
+    def _insert_notice(
+        self, connection: sqlite3.Connection, channel: str, payload_json: str
+    ) -> None:
+        now = time.time()
+        connection.execute(_sql.NOTIFY, (channel, payload_json, now))
+        self._notices += 1
+        if self._notices % _PRUNE_EVERY == 0:
+            connection.execute(_sql.PRUNE_NOTICES, (now - _NOTICE_HORIZON_S,))
+
+    def _listen(self, channel: str) -> WakeReceiver:
+        return self.subscribe(channel)
+
+    def _stream(self, name: str) -> SQLiteStream:
+        return SQLiteStream(self, name)
+
+    def _queue(self, name: str, opts: QueueOpts) -> SQLiteQueue:
+        return SQLiteQueue(self, name, opts)
+
+    def _try_lock(self, name: str, owner: str, ttl_s: float) -> Lock | None:
+        with translate(f"lock {name!r}"), self.pool.connection() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            held = acquire(connection, name, owner, ttl_s)
+            connection.execute("COMMIT")
+        return SQLiteLock(self, name, owner, ttl_s) if held else None
+
+    def _schedule(
+        self,
+        name: str,
+        spec: str,
+        interval_s: int,
+        queue: str,
+        payload_json: str,
+        opts: ScheduleOpts,
+    ) -> Schedule:
+        now = time.time()
+        with translate(f"schedule {name!r}"), self.pool.connection() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            existing = connection.execute(_sql.GET_SCHEDULE, (name,)).fetchone()
+            anchor, next_fire_at = now, now + interval_s
+            if existing is not None:
+                old_spec, _, anchor, next_fire_at = existing
+                if old_spec != spec:
+                    next_fire_at = _first_boundary_after(anchor, interval_s, now)
+            connection.execute(
+                _sql.UPSERT_SCHEDULE,
+                (name, spec, interval_s, queue, payload_json, opts.priority, opts.max_attempts,
+                 opts.expires, anchor, next_fire_at),
+            )  # fmt: skip
+            connection.execute(_sql.NOTIFY, (SCHEDULES_KEY, "null", now))
+            connection.execute("COMMIT")
+        self.committed()
+        return Schedule(name, spec, queue, decode(payload_json), next_fire_at)
+
+    def _unschedule(self, name: str) -> bool:
+        with translate(f"unschedule {name!r}"), self.pool.connection() as connection:
+            return connection.execute(_sql.DELETE_SCHEDULE, (name,)).rowcount == 1
+
+    def _run_schedules(self, stop: StopSignal, owner: str) -> None:
+        run_schedules(self, stop, owner)
+
+    def _begin_tx(self) -> TxHandle:
+        connection = self.pool.acquire()
+        try:
+            with translate("begin a transaction"):
+                connection.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self.pool.release(connection)
+            raise
+        return SQLiteTx(self, connection, owned=True)
+
+    def _adopt_tx(self, connection: Any) -> TxHandle:
+        if not isinstance(connection, sqlite3.Connection):
+            raise TypeError(f"adopt_tx needs a sqlite3.Connection, not {type(connection).__name__}")
+        with translate("inspect the adopted connection"):
+            main_file = next(
+                row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"
+            )
+            if not _same_file(main_file, self.path):
+                raise ValueError(
+                    f"adopt_tx: the connection is to {main_file or 'an in-memory database'!r}, "
+                    f"not to this store's file {self.path!r}"
+                )
+            if not connection.in_transaction:
+                connection.execute("BEGIN IMMEDIATE")
+        return SQLiteTx(self, connection, owned=False)
+
+
+def _prepare_file(path: str, settings: Settings) -> None:
+    """Switch the file to WAL and bring the engine tables up to date."""
+    connection = connect(path, settings)
+    try:
+        with translate(f"preparing {path!r}"):
+            mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode != "wal":
+                raise sqlite3.OperationalError(f"the file refused WAL mode (it stays {mode!r})")
+            try:
+                migrate(connection)
+            except RuntimeError as exc:
+                raise Database(str(exc)) from exc
+    finally:
+        connection.close()
+
+
+def _same_file(one: str, other: str) -> bool:
+    try:
+        return bool(one) and os.path.samefile(one, other)
+    except OSError:
+        return False
+
+
+def _first_boundary_after(anchor: float, interval_s: int, now: float) -> float:
+    if now < anchor + interval_s:
+        return anchor + interval_s
+    return anchor + ((now - anchor) // interval_s + 1) * interval_s

@@ -1,0 +1,86 @@
+"""Transactions: a write transaction on one connection, or the caller's own."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from alkstore.engine import JobStamp, TxHandle
+from alkstore_sqlite import _sql
+from alkstore_sqlite._errors import translate
+from alkstore_sqlite._queue import insert_job
+from alkstore_sqlite._stream import insert_event, raise_offset
+
+if TYPE_CHECKING:
+    from alkstore_sqlite._store import SQLiteStore
+
+__all__ = ["SQLiteTx"]
+
+
+class SQLiteTx(TxHandle):
+    """A transaction begun with ``BEGIN IMMEDIATE``: it holds the write lock from
+    the start, so it never fails later on upgrading a read lock."""
+
+    _store: SQLiteStore
+
+    def __init__(self, store: SQLiteStore, connection: sqlite3.Connection, *, owned: bool) -> None:
+        super().__init__(store)
+        self._connection = connection
+        self._owned = owned
+        # A forgotten handle must not hold the write lock forever.
+        self._abandon = weakref.finalize(self, _roll_back_and_close, connection) if owned else None
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The ``sqlite3.Connection`` this transaction runs on."""
+        return self._connection
+
+    def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        with translate(f"enqueue into {queue!r}"):
+            return insert_job(self._connection, queue, stamp, payload_json)
+
+    def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
+        with translate(f"publish to {stream!r}"):
+            return insert_event(self._connection, stream, key, payload_json)
+
+    def _notify_tx(self, channel: str, payload_json: str) -> None:
+        with translate(f"notify {channel!r}"):
+            self._connection.execute(_sql.NOTIFY, (channel, payload_json, time.time()))
+
+    def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
+        with translate(f"save offset of {consumer!r}"):
+            return raise_offset(self._connection, stream, consumer, offset)
+
+    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with translate("execute"):
+            return self._connection.execute(sql, params).fetchall()
+
+    def _commit(self) -> None:
+        try:
+            with translate("commit"):
+                self._connection.execute("COMMIT")
+        finally:
+            self._end()
+        self._store.committed()
+
+    def _rollback(self) -> None:
+        try:
+            with translate("rollback"):
+                if self._connection.in_transaction:
+                    self._connection.execute("ROLLBACK")
+        finally:
+            self._end()
+
+    def _end(self) -> None:
+        if self._abandon is not None:
+            self._abandon.detach()
+            self._store.pool.release(self._connection)
+
+
+def _roll_back_and_close(connection: sqlite3.Connection) -> None:
+    with contextlib.suppress(sqlite3.Error):
+        connection.close()  # closing rolls back an open transaction

@@ -1,0 +1,166 @@
+"""The transaction seam on SQLite: side effects commit and roll back with the business write."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+import alkstore
+from alkstore import Wake
+from alkstore_sqlite import SQLiteStore
+
+
+@pytest.fixture
+def orders(store: SQLiteStore) -> SQLiteStore:
+    with store.transaction() as tx:
+        tx.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    return store
+
+
+def write_everything(tx: alkstore.TxHandle, order: int) -> int:
+    """Every kind of side effect beside a business row; returns the job id."""
+    tx.execute("INSERT INTO orders (id) VALUES (?)", (order,))
+    job_id = tx.enqueue_tx("emails", None, {"order": order})
+    tx.publish_tx("orders", {"order": order})
+    tx.publish_with_key_tx("orders", "k", {"order": order})
+    tx.notify_tx("orders", {"order": order})
+    tx.save_offset_tx("orders", "projection", 1)
+    tx.outbox_enqueue_tx("hooks", None, {"order": order})
+    return job_id
+
+
+def test_rollback_leaves_no_ghosts(orders: SQLiteStore, peer: SQLiteStore) -> None:
+    with peer.listen("orders") as wakes:
+        with pytest.raises(RuntimeError), orders.transaction() as tx:
+            write_everything(tx, 1)
+            raise RuntimeError("business rule")
+        assert wakes.recv(0.1) is None
+    assert peer.queue("emails").claim_one("w") is None
+    assert peer.stream("orders").read_since(0) == []
+    assert peer.stream("orders").get_offset("projection") == 0
+    assert not peer.outbox("hooks").run_once("w", lambda payload: None)
+    with peer.transaction() as tx:
+        assert tx.execute("SELECT COUNT(*) FROM orders") == [(0,)]
+
+
+def test_commit_makes_everything_visible_together(orders: SQLiteStore, peer: SQLiteStore) -> None:
+    with peer.listen("orders") as wakes:
+        tx = orders.begin_tx()
+        job_id = write_everything(tx, 7)
+        # Nothing is visible before the commit (reads do not wait for the writer).
+        assert peer.queue("emails").get_job(job_id) is None
+        assert peer.stream("orders").read_since(0) == []
+        assert peer.stream("orders").get_offset("projection") == 0
+        tx.commit()
+        assert wakes.recv(5) == Wake("orders")
+    job = peer.queue("emails").claim_one("w")
+    assert job is not None
+    assert job.payload == {"order": 7}
+    assert [e.key for e in peer.stream("orders").read_since(0)] == [None, "k"]
+    assert peer.stream("orders").get_offset("projection") == 1
+    delivered: list[object] = []
+    assert peer.outbox("hooks").run_once("w", delivered.append)
+    assert delivered == [{"order": 7}]
+
+
+def test_execute_returns_rows_and_connection_is_the_driver_connection(orders: SQLiteStore) -> None:
+    with orders.transaction() as tx:
+        assert tx.execute("INSERT INTO orders (id) VALUES (?) RETURNING id", (3,)) == [(3,)]
+        assert isinstance(tx.connection, sqlite3.Connection)
+        assert tx.connection.in_transaction
+
+
+def test_a_bad_statement_is_a_database_error_and_the_transaction_goes_on(
+    orders: SQLiteStore,
+) -> None:
+    with orders.transaction() as tx:
+        with pytest.raises(alkstore.Database, match="no such table") as raised:
+            tx.execute("INSERT INTO nowhere VALUES (1)")
+        assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+        tx.execute("INSERT INTO orders (id) VALUES (1)")
+    with orders.transaction() as tx:
+        assert tx.execute("SELECT id FROM orders") == [(1,)]
+
+
+def test_save_offset_tx_advances_exactly_once_within_the_business_tx(orders: SQLiteStore) -> None:
+    stream = orders.stream("orders")
+    offsets = [stream.publish(n) for n in range(3)]
+    with orders.transaction() as tx:
+        assert tx.save_offset_tx("orders", "c", offsets[1])
+        assert not tx.save_offset_tx("orders", "c", offsets[1])
+        assert not tx.save_offset_tx("orders", "c", offsets[0])
+    assert stream.get_offset("c") == offsets[1]
+
+
+def test_adopt_tx_writes_through_the_callers_connection(
+    orders: SQLiteStore, peer: SQLiteStore
+) -> None:
+    connection = sqlite3.connect(orders.path)
+    try:
+        connection.execute("INSERT INTO orders (id) VALUES (9)")  # opens the caller's transaction
+        tx = orders.adopt_tx(connection)
+        job_id = tx.enqueue_tx("emails", None, {"order": 9})
+        assert peer.queue("emails").get_job(job_id) is None
+        connection.rollback()
+        assert peer.queue("emails").claim_one("w") is None
+        connection.execute("INSERT INTO orders (id) VALUES (10)")
+        orders.adopt_tx(connection).enqueue_tx("emails", None, {"order": 10})
+        connection.commit()
+    finally:
+        connection.close()
+    job = peer.queue("emails").claim_one("w")
+    assert job is not None
+    assert job.payload == {"order": 10}
+
+
+def test_adopt_tx_on_an_autocommit_connection_still_commits_together(
+    orders: SQLiteStore, peer: SQLiteStore
+) -> None:
+    connection = sqlite3.connect(orders.path, isolation_level=None)
+    try:
+        tx = orders.adopt_tx(connection)
+        tx.execute("INSERT INTO orders (id) VALUES (11)")
+        job_id = tx.enqueue_tx("emails", None, 11)
+        assert peer.queue("emails").get_job(job_id) is None
+        tx.rollback()
+    finally:
+        connection.close()
+    assert peer.queue("emails").claim_one("w") is None
+
+
+def test_adopt_tx_refuses_a_connection_to_another_file(orders: SQLiteStore, tmp_path: Path) -> None:
+    other = sqlite3.connect(tmp_path / "other.db")
+    memory = sqlite3.connect(":memory:")
+    try:
+        with pytest.raises(ValueError, match="not to this store's file"):
+            orders.adopt_tx(other)
+        with pytest.raises(ValueError, match="in-memory"):
+            orders.adopt_tx(memory)
+        with pytest.raises(TypeError, match=r"sqlite3\.Connection"):
+            orders.adopt_tx("app.db")
+    finally:
+        other.close()
+        memory.close()
+
+
+def test_a_forgotten_transaction_releases_the_write_lock(orders: SQLiteStore) -> None:
+    tx = orders.begin_tx()
+    tx.enqueue_tx("emails", None, 1)
+    del tx
+    import gc
+
+    gc.collect()
+    done = threading.Event()
+
+    def enqueue() -> None:
+        orders.queue("emails").enqueue(2)
+        done.set()
+
+    threading.Thread(target=enqueue).start()
+    assert done.wait(3)
+    job = orders.queue("emails").claim_one("w")
+    assert job is not None
+    assert job.payload == 2
