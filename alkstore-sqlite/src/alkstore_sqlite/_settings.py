@@ -82,7 +82,8 @@ def parse_target(target: str) -> tuple[str, dict[str, str]]:
         rest, _, query = target[9:].partition("?")
         path = unquote(rest)
         options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
-    if path == ":memory:" or path.startswith("file:") or "mode=memory" in target:
+    in_memory = os.path.basename(path) == ":memory:" or "mode=memory" in target
+    if in_memory or path.startswith("file:"):
         raise ValueError(
             f"{target!r}: an in-memory database cannot back an alkstore store, because "
             "wakes come from watching commits to a file that several connections share; "

@@ -1,0 +1,220 @@
+"""The file: schema and migrations, pragmas, options, and files that cannot be used."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import alkstore
+from alkstore import Wake
+from alkstore_sqlite import SQLiteStore
+from alkstore_sqlite._schema import SCHEMA_VERSION
+
+TABLES = {
+    "__alkstore_meta", "__alkstore_jobs", "__alkstore_dead", "__alkstore_events",
+    "__alkstore_offsets", "__alkstore_notices", "__alkstore_locks", "__alkstore_schedules",
+}  # fmt: skip
+
+
+def table_names(path: str) -> set[str]:
+    with sqlite3.connect(path) as connection:
+        rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {row[0] for row in rows} - {"sqlite_sequence"}
+
+
+def test_opening_an_empty_file_creates_the_engine_tables(path: str) -> None:
+    alkstore.open(path).close()
+    assert table_names(path) == TABLES
+    with sqlite3.connect(path) as connection:
+        version = connection.execute(
+            "SELECT value FROM __alkstore_meta WHERE key = 'schema_version'"
+        ).fetchone()
+        assert version == (str(SCHEMA_VERSION),)
+        assert connection.execute("PRAGMA user_version").fetchone() == (0,)
+
+
+def test_an_existing_application_database_keeps_its_tables_and_data(path: str) -> None:
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE orders (id INTEGER)")
+        connection.execute("INSERT INTO orders VALUES (1)")
+        connection.execute("PRAGMA user_version = 42")
+    store = alkstore.open(path)
+    job_id = store.queue("q").enqueue("kept")
+    store.close()
+    reopened = alkstore.open(path)
+    try:
+        info = reopened.queue("q").get_job(job_id)
+        assert info is not None
+        assert info.payload == "kept"
+    finally:
+        reopened.close()
+    assert table_names(path) == TABLES | {"orders"}
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("SELECT id FROM orders").fetchall() == [(1,)]
+        assert connection.execute("PRAGMA user_version").fetchone() == (42,)
+
+
+def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    start_at = time.time() + 0.5
+    code = (
+        "import sys, time, alkstore; time.sleep(max(0, float(sys.argv[2]) - time.time())); "
+        "s = alkstore.open(sys.argv[1]); s.queue('q').enqueue(1); s.close()"
+    )
+    children = [
+        subprocess.Popen([sys.executable, "-c", code, str(path), str(start_at)]) for _ in range(6)
+    ]
+    assert [child.wait(60) for child in children] == [0] * 6
+    store = alkstore.open(path)
+    try:
+        assert len(store.queue("q").claim_batch("w", 10)) == 6
+    finally:
+        store.close()
+
+
+def test_wal_and_synchronous_normal_by_default(store: SQLiteStore) -> None:
+    with store.transaction() as tx:
+        assert tx.execute("PRAGMA journal_mode") == [("wal",)]
+        assert tx.execute("PRAGMA synchronous") == [(1,)]
+
+
+def test_durability_full_is_an_option_and_a_url_parameter(path: str) -> None:
+    for store in (alkstore.open(path, durability="full"),
+                  alkstore.open(f"sqlite://{path}?durability=full")):  # fmt: skip
+        try:
+            with store.transaction() as tx:
+                assert tx.execute("PRAGMA synchronous") == [(2,)]
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "says"),
+    [
+        ({"durability": "sometimes"}, ValueError, "durability"),
+        ({"busy_timeout_s": -1}, ValueError, "busy_timeout_s"),
+        ({"watch_interval_s": 0}, ValueError, "watch_interval_s"),
+        ({"scheduler_lease_s": "soon"}, ValueError, "scheduler_lease_s"),
+        ({"journal": "delete"}, TypeError, "no option 'journal'"),
+    ],
+)
+def test_bad_options_are_refused_by_name(
+    path: str, options: dict[str, object], error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error, match=says):
+        alkstore.open(path, **options)
+    assert not os.path.exists(path)
+
+
+@pytest.mark.parametrize("target", [":memory:", "sqlite:///:memory:", "file::memory:?cache=shared"])
+def test_an_in_memory_database_is_refused_with_the_reason(target: str) -> None:
+    with pytest.raises(ValueError, match="in-memory database cannot back"):
+        alkstore.open(target)
+
+
+def test_a_file_that_is_not_a_database_is_a_database_error(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("these are not the pages you are looking for\n" * 100)
+    with pytest.raises(alkstore.Database, match="not a database") as raised:
+        alkstore.open(path)
+    assert isinstance(raised.value.__cause__, sqlite3.DatabaseError)
+
+
+def test_a_missing_folder_is_a_database_error_naming_the_file(tmp_path: Path) -> None:
+    with pytest.raises(alkstore.Database, match="nowhere"):
+        alkstore.open(tmp_path / "nowhere" / "app.db")
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """Make ``path`` unwritable, even for root (who ignores file modes)."""
+    if os.geteuid() != 0:
+        path.chmod(0o444)
+        yield
+        path.chmod(0o644)
+        return
+    subprocess.run(["chattr", "+i", str(path)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+def test_a_read_only_file_is_a_database_error(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE orders (id INTEGER)")
+    connection.close()
+    with read_only(path), pytest.raises(alkstore.Database, match=r"readonly|read-only") as raised:
+        alkstore.open(path)
+    assert isinstance(raised.value.__cause__, sqlite3.Error)
+
+
+def test_a_write_locked_past_the_busy_timeout_is_a_database_error(path: str) -> None:
+    store = alkstore.open(path, busy_timeout_s=0.1)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(alkstore.Database, match="locked") as raised:
+            store.queue("q").enqueue(1)
+        assert isinstance(raised.value.__cause__, sqlite3.OperationalError)
+        holder.execute("ROLLBACK")
+        assert store.queue("q").enqueue(1) > 0
+    finally:
+        holder.close()
+        store.close()
+
+
+def test_a_file_from_a_newer_schema_is_refused(path: str) -> None:
+    alkstore.open(path).close()
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE __alkstore_meta SET value = '99' WHERE key = 'schema_version'")
+    connection.close()
+    with pytest.raises(alkstore.Database, match="upgrade alkstore-sqlite"):
+        alkstore.open(path)
+
+
+def test_the_watcher_dying_closes_every_receiver_and_is_reported(store: SQLiteStore) -> None:
+    wakes = store.listen("orders")
+    events = store.stream("orders").subscribe("projection")
+    # Break what the watcher reads, from outside, as a careless migration would.
+    saboteur = sqlite3.connect(store.path)
+    saboteur.execute("ALTER TABLE __alkstore_notices RENAME TO broken")
+    saboteur.commit()
+    saboteur.close()
+    assert wakes.recv(5) is None
+    assert wakes.closed
+    assert events.recv(1) is None
+    assert events.closed
+    assert isinstance(store.watcher_error, sqlite3.OperationalError)
+    with pytest.raises(alkstore.Database, match=r"watcher .* died") as raised:
+        store.listen("orders")
+    assert raised.value.__cause__ is store.watcher_error
+
+
+def test_a_blocked_recv_on_a_dying_watcher_returns(store: SQLiteStore) -> None:
+    wakes = store.listen("orders")
+    results: list[Wake | None] = []
+    waiter = threading.Thread(target=lambda: results.append(wakes.recv(10)))
+    waiter.start()
+    saboteur = sqlite3.connect(store.path)
+    saboteur.execute("DROP TABLE __alkstore_events")
+    saboteur.commit()
+    saboteur.close()
+    waiter.join(5)
+    assert not waiter.is_alive()
+    assert results == [None]
+
+
+def test_repr_names_the_file(store: SQLiteStore) -> None:
+    assert repr(store) == f"<SQLiteStore {store.path!r} open>"
+    assert repr(store.queue("q")).startswith("<SQLiteQueue 'q' QueueOpts(")
