@@ -1,7 +1,9 @@
 """The wake watcher: one thread per Store that sees every commit to the file.
 
-It polls ``PRAGMA data_version`` on a connection of its own (which never
-writes, so every commit by any other connection, in any process, changes it).
+It reads ``PRAGMA data_version`` on a connection of its own (which never
+writes, so every commit by any other connection, in any process, changes it)
+each time the database's folder changes (inotify, on Linux) and at least
+every ``watch_interval_s`` (every poll, where inotify is missing).
 After a change it reads what is new — notices, stream events, job rows — with
 indexed range queries, and wakes the receivers of exactly those channels.
 Local commits poke it so it need not wait for the next poll.
@@ -9,13 +11,16 @@ Local commits poke it so it need not wait for the next poll.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 
 from alkstore import Closed, Database, Wake
 from alkstore.engine import BufferedWakeReceiver
 from alkstore_sqlite import _sql
+from alkstore_sqlite._filewatch import FolderWaiter
 from alkstore_sqlite._pool import connect
 from alkstore_sqlite._settings import Settings
 
@@ -25,6 +30,8 @@ __all__ = ["QUEUE_KEY", "SCHEDULES_KEY", "STREAM_KEY", "Watcher"]
 QUEUE_KEY = "__alkstore_queue:"
 STREAM_KEY = "__alkstore_stream:"
 SCHEDULES_KEY = "__alkstore_schedules"
+
+_BACKUP_POLL_S = 0.05
 
 
 class Watcher:
@@ -38,7 +45,7 @@ class Watcher:
         self._on_death = on_death
         self._receivers: dict[str, set[BufferedWakeReceiver]] = {}
         self._lock = threading.Lock()
-        self._poke = threading.Event()
+        self._waiter: FolderWaiter | None = None
         self._ready = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -60,14 +67,16 @@ class Watcher:
 
     def poke(self) -> None:
         """Look for commits now rather than at the next poll."""
-        self._poke.set()
+        waiter = self._waiter
+        if waiter is not None:
+            waiter.poke()
 
     def stop(self) -> None:
         """Stop the thread and close every receiver."""
         with self._lock:
             self._stopping = True
             thread = self._thread
-        self._poke.set()
+        self.poke()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
         self._close_receivers()
@@ -105,9 +114,11 @@ class Watcher:
 
     def _run(self) -> None:
         connection: sqlite3.Connection | None = None
+        waiter = FolderWaiter(os.path.dirname(self._path))
+        self._waiter = waiter
         try:
             connection = connect(self._path, self._settings)
-            self._watch(connection)
+            self._watch(connection, waiter)
         except BaseException as exc:
             with self._lock:
                 dying = not self._stopping
@@ -118,33 +129,31 @@ class Watcher:
                 self._on_death(exc)
         finally:
             self._ready.set()
+            self._waiter = None
+            waiter.close()
             if connection is not None:
                 connection.close()
 
-    def _watch(self, connection: sqlite3.Connection) -> None:
-        last_notice, last_event, last_job = connection.execute(_sql.MAX_IDS).fetchone()
+    def _watch(self, connection: sqlite3.Connection, waiter: FolderWaiter) -> None:
+        seen = _Seen(*connection.execute(_sql.MAX_IDS).fetchone())
         version = _data_version(connection)
         self._ready.set()
-        interval = self._settings.watch_interval_s
+        min_gap = self._settings.watch_interval_s
+        kernel_wakes = waiter.notified_by_the_kernel
+        # With inotify, commits wake the waiter and the poll only backs up a missed event.
+        poll = max(min_gap, _BACKUP_POLL_S) if kernel_wakes else min_gap
         while not self._stopping:
-            self._poke.wait(interval)
-            self._poke.clear()
+            waiter.wait(poll)
             current = _data_version(connection)
-            if current == version:
-                continue
-            version = current
-            keys: set[str] = set()
-            for notice_id, channel in connection.execute(_sql.NEW_NOTICES, (last_notice,)):
-                last_notice = notice_id
-                keys.add(channel)
-            for event_id, stream in connection.execute(_sql.NEW_EVENTS, (last_event,)):
-                last_event = max(last_event, event_id)
-                keys.add(STREAM_KEY + stream)
-            for job_id, queue in connection.execute(_sql.NEW_JOBS, (last_job,)):
-                last_job = max(last_job, job_id)
-                keys.add(QUEUE_KEY + queue)
-            if keys:
-                self._fan_out(keys)
+            if current != version:
+                version = current
+                keys = seen.changes(connection)
+                if keys:
+                    self._fan_out(keys)
+            if kernel_wakes:
+                # Under a stream of commits, look at most once per watch_interval_s:
+                # the next look covers every commit made meanwhile.
+                time.sleep(min_gap)
 
     def _fan_out(self, keys: set[str]) -> None:
         with self._lock:
@@ -158,6 +167,27 @@ class Watcher:
             self._receivers.clear()
         for receiver in receivers:
             receiver.shut()
+
+
+class _Seen:
+    """The newest notice, event and job ids the watcher has looked at."""
+
+    def __init__(self, notice: int, event: int, job: int) -> None:
+        self.notice, self.event, self.job = notice, event, job
+
+    def changes(self, connection: sqlite3.Connection) -> set[str]:
+        """Keys touched by rows newer than those seen; moves past them."""
+        keys: set[str] = set()
+        for notice_id, channel in connection.execute(_sql.NEW_NOTICES, (self.notice,)):
+            self.notice = notice_id
+            keys.add(channel)
+        for event_id, stream in connection.execute(_sql.NEW_EVENTS, (self.event,)):
+            self.event = max(self.event, event_id)
+            keys.add(STREAM_KEY + stream)
+        for job_id, queue in connection.execute(_sql.NEW_JOBS, (self.job,)):
+            self.job = max(self.job, job_id)
+            keys.add(QUEUE_KEY + queue)
+        return keys
 
 
 def _data_version(connection: sqlite3.Connection) -> int:
