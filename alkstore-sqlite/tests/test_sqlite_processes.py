@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from contextlib import closing
 from pathlib import Path
 
 import alkstore
@@ -159,9 +160,8 @@ def test_a_writer_killed_inside_a_transaction_leaves_nothing_behind(tmp_path: Pa
             assert tx.execute("SELECT name FROM sqlite_master WHERE name = 'orders'") == []
     finally:
         store.close()
-    with sqlite3.connect(path) as connection:
+    with closing(sqlite3.connect(path)) as connection:
         assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
-    connection.close()
 
 
 def test_a_listener_in_another_process_is_woken_by_a_notify(tmp_path: Path) -> None:

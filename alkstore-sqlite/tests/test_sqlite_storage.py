@@ -25,8 +25,19 @@ TABLES = {
 }  # fmt: skip
 
 
+@contextmanager
+def raw(path: str | Path) -> Iterator[sqlite3.Connection]:
+    """A plain driver connection, as another program would use: commit, then close."""
+    connection = sqlite3.connect(path)
+    try:
+        with connection:
+            yield connection
+    finally:
+        connection.close()
+
+
 def table_names(path: str) -> set[str]:
-    with sqlite3.connect(path) as connection:
+    with raw(path) as connection:
         rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {row[0] for row in rows} - {"sqlite_sequence"}
 
@@ -34,7 +45,7 @@ def table_names(path: str) -> set[str]:
 def test_opening_an_empty_file_creates_the_engine_tables(path: str) -> None:
     alkstore.open(path).close()
     assert table_names(path) == TABLES
-    with sqlite3.connect(path) as connection:
+    with raw(path) as connection:
         version = connection.execute(
             "SELECT value FROM __alkstore_meta WHERE key = 'schema_version'"
         ).fetchone()
@@ -43,7 +54,7 @@ def test_opening_an_empty_file_creates_the_engine_tables(path: str) -> None:
 
 
 def test_an_existing_application_database_keeps_its_tables_and_data(path: str) -> None:
-    with sqlite3.connect(path) as connection:
+    with raw(path) as connection:
         connection.execute("CREATE TABLE orders (id INTEGER)")
         connection.execute("INSERT INTO orders VALUES (1)")
         connection.execute("PRAGMA user_version = 42")
@@ -58,7 +69,7 @@ def test_an_existing_application_database_keeps_its_tables_and_data(path: str) -
     finally:
         reopened.close()
     assert table_names(path) == TABLES | {"orders"}
-    with sqlite3.connect(path) as connection:
+    with raw(path) as connection:
         assert connection.execute("SELECT id FROM orders").fetchall() == [(1,)]
         assert connection.execute("PRAGMA user_version").fetchone() == (42,)
 
@@ -151,9 +162,8 @@ def read_only(path: Path) -> Iterator[None]:
 
 def test_a_read_only_file_is_a_database_error(tmp_path: Path) -> None:
     path = tmp_path / "app.db"
-    with sqlite3.connect(path) as connection:
+    with raw(path) as connection:
         connection.execute("CREATE TABLE orders (id INTEGER)")
-    connection.close()
     with read_only(path), pytest.raises(alkstore.Database, match=r"readonly|read-only") as raised:
         alkstore.open(path)
     assert isinstance(raised.value.__cause__, sqlite3.Error)
@@ -176,9 +186,8 @@ def test_a_write_locked_past_the_busy_timeout_is_a_database_error(path: str) -> 
 
 def test_a_file_from_a_newer_schema_is_refused(path: str) -> None:
     alkstore.open(path).close()
-    with sqlite3.connect(path) as connection:
+    with raw(path) as connection:
         connection.execute("UPDATE __alkstore_meta SET value = '99' WHERE key = 'schema_version'")
-    connection.close()
     with pytest.raises(alkstore.Database, match="upgrade alkstore-sqlite"):
         alkstore.open(path)
 
@@ -187,10 +196,8 @@ def test_the_watcher_dying_closes_every_receiver_and_is_reported(store: SQLiteSt
     wakes = store.listen("orders")
     events = store.stream("orders").subscribe("projection")
     # Break what the watcher reads, from outside, as a careless migration would.
-    saboteur = sqlite3.connect(store.path)
-    saboteur.execute("ALTER TABLE __alkstore_notices RENAME TO broken")
-    saboteur.commit()
-    saboteur.close()
+    with raw(store.path) as saboteur:
+        saboteur.execute("ALTER TABLE __alkstore_notices RENAME TO broken")
     assert wakes.recv(5) is None
     assert wakes.closed
     assert events.recv(1) is None
@@ -206,10 +213,8 @@ def test_a_blocked_recv_on_a_dying_watcher_returns(store: SQLiteStore) -> None:
     results: list[Wake | None] = []
     waiter = threading.Thread(target=lambda: results.append(wakes.recv(10)))
     waiter.start()
-    saboteur = sqlite3.connect(store.path)
-    saboteur.execute("DROP TABLE __alkstore_events")
-    saboteur.commit()
-    saboteur.close()
+    with raw(store.path) as saboteur:
+        saboteur.execute("DROP TABLE __alkstore_events")
     waiter.join(5)
     assert not waiter.is_alive()
     assert results == [None]
