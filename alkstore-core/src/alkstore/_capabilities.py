@@ -24,3 +24,6 @@ class Capabilities:
     reconnect_wakes: bool = False
     """The engine may lose its wake connection and then sends every receiver
     ``Wake("__alkstore_listener_reconnected__")``."""
+    shared_between_processes: bool = True
+    """Stores opened on the same target in different processes share their
+    storage (False for an engine that keeps everything in one process)."""

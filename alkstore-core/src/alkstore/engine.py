@@ -182,3 +182,29 @@ class TestProvider(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - most providers hold nothing
         """Release what the provider holds (e.g. stop a server it started)."""
+
+    # What the suite needs beyond the contract. Each has a default that tells
+    # the suite the provider cannot do it: the tests that need it are then
+    # skipped with that reason in the report, never silently.
+
+    scheduler_lease_s: ClassVar[float | None] = None
+    """The scheduler leader lease (TTL) the provider's targets are opened with;
+    the suite's scheduler tests need one of a second or less to stay fast."""
+
+    def write_business_row(self, tx: TxHandle, key: str) -> None:
+        """Write one business row identified by ``key`` with ``tx.execute``,
+        in the engine's dialect (creating a table first if need be)."""
+        raise NotImplementedError("this provider cannot write business rows")
+
+    def business_rows(self, store: Store) -> set[str]:
+        """Return the keys of every committed business row."""
+        raise NotImplementedError("this provider cannot read business rows")
+
+    def expire_lock(self, target: StoreTarget, name: str) -> None:
+        """Make the lock ``name`` expire now, behind its holder's back (a backdoor)."""
+        raise NotImplementedError("this provider cannot expire locks behind the API")
+
+    def shift_schedule(self, target: StoreTarget, name: str, by_s: float) -> None:
+        """Move the schedule's next fire time ``by_s`` seconds (negative: into the
+        past, as if its runner had been down), behind the API (a backdoor)."""
+        raise NotImplementedError("this provider cannot move schedules behind the API")

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alkstore.engine import StoreTarget, TestProvider
+from alkstore.engine import Store, StoreTarget, TestProvider, TxHandle
 
 if TYPE_CHECKING:
     from alkstore.engine import Engine
@@ -24,18 +25,45 @@ class SQLiteTestProvider(TestProvider):
         self._root = Path(tempfile.mkdtemp(prefix="alkstore-sqlite-tests-"))
         self._count = 0
 
+    scheduler_lease_s = 0.6
+
     def create_target(self) -> StoreTarget:
         self._count += 1
         folder = self._root / str(self._count)
         folder.mkdir()
-        return StoreTarget(str(folder / "store.db"))
+        return StoreTarget(str(folder / "store.db"), {"scheduler_lease_s": self.scheduler_lease_s})
 
     def drop_target(self, target: StoreTarget) -> None:
         shutil.rmtree(Path(target.target).parent, ignore_errors=True)
 
-    def describe(self) -> str:
-        import sqlite3  # noqa: PLC0415
+    def write_business_row(self, tx: TxHandle, key: str) -> None:
+        tx.execute("CREATE TABLE IF NOT EXISTS business (key TEXT NOT NULL)")
+        tx.execute("INSERT INTO business (key) VALUES (?)", (key,))
 
+    def business_rows(self, store: Store) -> set[str]:
+        with store.transaction() as tx:
+            tx.execute("CREATE TABLE IF NOT EXISTS business (key TEXT NOT NULL)")
+            return {row[0] for row in tx.execute("SELECT key FROM business")}
+
+    def expire_lock(self, target: StoreTarget, name: str) -> None:
+        self._backdoor(target, "UPDATE __alkstore_locks SET expires_at = 0 WHERE name = ?", (name,))
+
+    def shift_schedule(self, target: StoreTarget, name: str, by_s: float) -> None:
+        self._backdoor(
+            target,
+            "UPDATE __alkstore_schedules SET next_fire_at = next_fire_at + ? WHERE name = ?",
+            (by_s, name),
+        )
+
+    def _backdoor(self, target: StoreTarget, sql: str, params: tuple[object, ...]) -> None:
+        connection = sqlite3.connect(target.target, timeout=10)
+        try:
+            with connection:
+                connection.execute(sql, params)
+        finally:
+            connection.close()
+
+    def describe(self) -> str:
         return f"SQLite {sqlite3.sqlite_version}, files under {self._root}"
 
     def close(self) -> None:

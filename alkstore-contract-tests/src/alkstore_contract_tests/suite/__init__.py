@@ -1,0 +1,1 @@
+"""The conformance suite: every test here runs against the engine under test."""

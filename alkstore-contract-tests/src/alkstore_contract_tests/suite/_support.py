@@ -1,0 +1,74 @@
+"""Helpers the suite's tests share."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+from alkstore.engine import StoreTarget, TestProvider
+
+__all__ = ["OpenStore", "eventually", "finish", "needs", "spawn", "start_thread"]
+
+import alkstore
+
+T = TypeVar("T")
+
+OpenStore = Callable[[], alkstore.Store]
+"""Opens another store on the test's target (the ``open_store`` fixture)."""
+
+OPEN_TARGET = """
+import json, sys, alkstore
+_target = json.loads(sys.argv[1])
+store = alkstore.open(_target["target"], **_target["options"])
+"""
+
+
+def spawn(target: StoreTarget, code: str, *arguments: str) -> subprocess.Popen[str]:
+    """Start a Python process with ``store`` opened on ``target``, running ``code``."""
+    encoded = json.dumps({"target": target.target, "options": dict(target.options)})
+    return subprocess.Popen(
+        [sys.executable, "-c", OPEN_TARGET + textwrap.dedent(code), encoded, *arguments],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(child: subprocess.Popen[str], timeout: float = 60) -> str:
+    """Wait for ``child`` to succeed and return what it printed."""
+    out, errors = child.communicate(timeout=timeout)
+    assert child.returncode == 0, f"child failed:\n{errors}"
+    return out
+
+
+def eventually(check: Callable[[], T | None], timeout: float = 5.0) -> T:
+    """Poll ``check`` until it returns something other than None/False."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(0.01)
+
+
+def start_thread(function: Callable[[], object]) -> threading.Thread:
+    thread = threading.Thread(target=function, daemon=True)
+    thread.start()
+    return thread
+
+
+def needs(provider: TestProvider, method: str) -> None:
+    """Skip, with the provider's reason, a test that needs a provider backdoor it lacks."""
+    implementation = getattr(type(provider), method)
+    if implementation is getattr(TestProvider, method):
+        pytest.skip(f"the provider does not implement TestProvider.{method}")

@@ -1,0 +1,83 @@
+"""Fixtures of the conformance suite: stores come only from the engine's provider."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import alkstore
+from alkstore.engine import Capabilities, StoreTarget, TestProvider
+from alkstore_contract_tests.plugin import PROVIDER
+from alkstore_contract_tests.suite._support import OpenStore
+
+settings.register_profile(
+    "alkstore-suite",
+    max_examples=int(os.environ.get("ALKSTORE_SUITE_EXAMPLES", "25")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    derandomize=bool(os.environ.get("CI")),
+)
+settings.load_profile("alkstore-suite")
+
+
+@pytest.fixture(scope="session")
+def provider(pytestconfig: pytest.Config) -> TestProvider:
+    found = pytestconfig.stash.get(PROVIDER, None)
+    if found is None:
+        pytest.fail("the conformance suite runs with --alkstore-engine=NAME")
+    assert isinstance(found, TestProvider)
+    return found
+
+
+@pytest.fixture(scope="session")
+def capabilities(provider: TestProvider) -> Capabilities:
+    return provider.engine.capabilities
+
+
+@pytest.fixture
+def target(provider: TestProvider) -> Iterator[StoreTarget]:
+    made = provider.create_target()
+    yield made
+    provider.drop_target(made)
+
+
+@pytest.fixture
+def open_store(provider: TestProvider, target: StoreTarget) -> Iterator[OpenStore]:
+    """Open another store on the test's target (a peer, as another process would be)."""
+    opened: list[alkstore.Store] = []
+
+    def opener() -> alkstore.Store:
+        store = provider.open_store(target)
+        opened.append(store)
+        return store
+
+    yield opener
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(open_store: OpenStore) -> alkstore.Store:
+    return open_store()
+
+
+@pytest.fixture
+def peer(open_store: OpenStore) -> alkstore.Store:
+    return open_store()
+
+
+@pytest.fixture
+def scheduler_lease_s(provider: TestProvider) -> float:
+    lease = provider.scheduler_lease_s
+    if lease is None or lease > 1.0:
+        pytest.skip("the provider declares no scheduler lease of a second or less")
+    return lease
+
+
+@pytest.fixture
+def multi_process(capabilities: Capabilities) -> None:
+    if not capabilities.shared_between_processes:
+        pytest.skip("the engine declares stores are not shared between processes")

@@ -1,0 +1,76 @@
+"""Peers in other processes: wakes, claim exclusivity and lock contention."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+import alkstore
+from alkstore import Wake
+from alkstore.engine import StoreTarget
+from alkstore_contract_tests.suite._support import finish, spawn
+
+pytestmark = pytest.mark.usefixtures("multi_process")
+
+
+def test_a_listener_in_another_process_is_woken(target: StoreTarget, store: alkstore.Store) -> None:
+    listener = spawn(
+        target,
+        """
+        with store.listen("orders") as wakes:
+            print("listening", flush=True)
+            print(wakes.recv(30), flush=True)
+        store.close()
+        """,
+    )
+    assert listener.stdout is not None
+    assert listener.stdout.readline().strip() == "listening"
+    store.notify("orders", 1)
+    assert finish(listener).strip() == repr(Wake("orders"))
+
+
+def test_processes_claiming_together_get_each_job_once(
+    target: StoreTarget, store: alkstore.Store
+) -> None:
+    with store.transaction() as tx:
+        for n in range(400):
+            tx.enqueue_tx("work", None, n)
+    workers = [
+        spawn(
+            target,
+            """
+            import json, sys
+            queue, acked = store.queue("work"), []
+            while jobs := queue.claim_batch(sys.argv[2], 8):
+                acked.extend(job.payload for job in jobs if job.ack())
+            print(json.dumps(acked))
+            store.close()
+            """,
+            f"worker-{n}",
+        )
+        for n in range(3)
+    ]
+    acked = [payload for worker in workers for payload in json.loads(finish(worker))]
+    assert sorted(acked) == list(range(400))
+
+
+def test_processes_contending_for_a_lock_have_exactly_one_winner(target: StoreTarget) -> None:
+    start_at = str(time.time() + 1.5)
+    contenders = [
+        spawn(
+            target,
+            """
+            import sys, time
+            time.sleep(max(0.0, float(sys.argv[3]) - time.time()))
+            print("won" if store.try_lock("hot", sys.argv[2], 30) else "lost", flush=True)
+            store.close()
+            """,
+            f"owner-{n}",
+            start_at,
+        )
+        for n in range(5)
+    ]
+    outcomes = sorted(finish(contender).strip() for contender in contenders)
+    assert outcomes == ["lost"] * 4 + ["won"]

@@ -1,0 +1,314 @@
+"""Queues at full depth: order, visibility, fencing, retries, dead letters, expiry."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import alkstore
+from alkstore import EnqueueOpts, QueueOpts
+from alkstore.engine import backoff_ceiling
+
+
+def claim(queue: alkstore.Queue, worker: str = "w") -> alkstore.Job:
+    job = queue.claim_one(worker)
+    assert job is not None, "expected a job to be ready"
+    return job
+
+
+def info(queue: alkstore.Queue, job_id: int) -> alkstore.JobInfo:
+    found = queue.get_job(job_id)
+    assert found is not None, f"job {job_id} should exist"
+    return found
+
+
+def test_claim_order_is_priority_then_ready_time_then_enqueue_order(store: alkstore.Store) -> None:
+    queue = store.queue("q")
+    now = time.time()
+    queue.enqueue("low-a")
+    queue.enqueue("low-old", EnqueueOpts(run_at=now - 10))
+    queue.enqueue("high", EnqueueOpts(priority=5))
+    queue.enqueue("low-b")
+    queue.enqueue("mid", EnqueueOpts(priority=1))
+    queue.enqueue("negative", EnqueueOpts(priority=-1))
+    assert [j.payload for j in queue.claim_batch("w", 10)] == [
+        "high", "mid", "low-old", "low-a", "low-b", "negative",
+    ]  # fmt: skip
+
+
+def test_claim_batch_takes_at_most_n_in_claim_order(store: alkstore.Store) -> None:
+    queue = store.queue("q")
+    for n in range(5):
+        queue.enqueue(n)
+    assert [j.payload for j in queue.claim_batch("w", 3)] == [0, 1, 2]
+    assert [j.payload for j in queue.claim_batch("w", 3)] == [3, 4]
+    assert queue.claim_batch("w", 3) == []
+    assert queue.claim_one("w") is None
+
+
+def test_delay_and_run_at_hold_a_job_back(store: alkstore.Store) -> None:
+    queue = store.queue("q")
+    queue.enqueue("delayed", EnqueueOpts(delay=0.2))
+    queue.enqueue("scheduled", EnqueueOpts(run_at=time.time() + 0.2))
+    assert queue.claim_one("w") is None
+    time.sleep(0.3)
+    assert {j.payload for j in queue.claim_batch("w", 5)} == {"delayed", "scheduled"}
+
+
+def test_claiming_counts_the_attempt_and_sets_the_deadline(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+    job_id = queue.enqueue({"x": 1})
+    before = time.time()
+    job = claim(queue, "worker-7")
+    after = time.time()
+    assert (job.id, job.queue, job.attempts, job.max_attempts) == (job_id, "q", 1, 3)
+    assert job.worker_id == "worker-7"
+    assert before + 30 - 1 <= job.deadline <= after + 30 + 1
+    snapshot = info(queue, job_id)
+    assert (snapshot.state, snapshot.attempts, snapshot.worker_id) == ("processing", 1, "worker-7")
+    assert snapshot.deadline == pytest.approx(job.deadline, abs=1)
+
+
+def test_ack_deletes_the_row_once(store: alkstore.Store) -> None:
+    queue = store.queue("q")
+    job_id = queue.enqueue(1)
+    job = claim(queue)
+    assert job.ack()
+    assert not job.ack()
+    assert queue.get_job(job_id) is None
+
+
+def test_a_lapsed_claim_is_claimable_again_and_the_reclaim_eats_an_attempt(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.2))
+    queue.enqueue("work")
+    first = claim(queue, "slow")
+    assert peer.queue("q").claim_one("other") is None
+    time.sleep(0.3)
+    second = claim(peer.queue("q"), "other")
+    assert (second.id, second.attempts) == (first.id, 2)
+    assert not first.ack(), "a lapsed, re-taken claim must be fenced"
+    assert not first.heartbeat(10)
+    assert not first.retry("late", 0)
+    assert not first.fail("late")
+    assert second.ack()
+
+
+def test_a_lapsed_claim_on_its_last_attempt_goes_dead_not_out(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.1, max_attempts=1))
+    job_id = queue.enqueue("work")
+    claim(queue)
+    time.sleep(0.2)
+    assert queue.claim_one("w") is None
+    queue.sweep_expired()
+    assert info(queue, job_id).state == "dead"
+
+
+def test_a_lapsed_but_untaken_claim_is_fenced_too(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.1))
+    queue.enqueue(1)
+    job = claim(queue)
+    time.sleep(0.2)
+    assert not job.ack()
+
+
+def test_heartbeat_resets_the_deadline_absolutely_and_is_refused_once_lapsed(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.3))
+    queue.enqueue(1)
+    job = claim(queue)
+    assert job.heartbeat(5)
+    assert info(queue, job.id).deadline == pytest.approx(time.time() + 5, abs=1)
+    assert job.heartbeat(0.1)  # absolute: the deadline moves earlier, not 5 + 0.1
+    time.sleep(0.2)
+    assert not job.heartbeat(5)
+    assert queue.claim_one("other") is not None
+
+
+def test_heartbeat_keeps_a_long_job_claimed(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.2))
+    queue.enqueue(1)
+    job = claim(queue)
+    for _ in range(3):
+        time.sleep(0.1)
+        assert job.heartbeat(0.2)
+    assert queue.claim_one("other") is None
+    assert job.ack()
+
+
+def test_retry_without_delay_follows_the_backoff_curve_of_the_stamped_base(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q", QueueOpts(backoff_base_s=2, max_attempts=5))
+    job_id = queue.enqueue(1)
+    job = claim(queue)
+    before = time.time()
+    assert job.retry(ValueError("flaky"))
+    after = time.time()
+    snapshot = info(queue, job_id)
+    ceiling = backoff_ceiling(2, 1)
+    assert before + ceiling / 2 - 0.05 <= snapshot.run_at <= after + ceiling + 0.05
+    assert (snapshot.state, snapshot.last_error) == ("pending", "ValueError: flaky")
+    assert queue.claim_one("w") is None
+
+
+def test_retry_with_a_delay_delays_exactly_that(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(max_attempts=5))
+    job_id = queue.enqueue(1)
+    job = claim(queue)
+    before = time.time()
+    assert job.retry("try later", 0.2)
+    assert info(queue, job_id).run_at == pytest.approx(before + 0.2, abs=0.1)
+    assert queue.claim_one("w") is None
+    time.sleep(0.3)
+    again = claim(queue)
+    assert again.attempts == 2
+    assert again.retry("now", 0)
+    assert claim(queue).attempts == 3
+
+
+def test_retry_on_the_last_attempt_dead_letters(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(max_attempts=2))
+    job_id = queue.enqueue({"n": 1})
+    assert claim(queue).retry("first", 0)
+    before = time.time()
+    assert claim(queue).retry("second", 0)
+    snapshot = info(queue, job_id)
+    assert (snapshot.state, snapshot.last_error, snapshot.attempts) == ("dead", "second", 2)
+    assert snapshot.payload == {"n": 1}
+    assert snapshot.died_at is not None
+    assert snapshot.died_at >= before - 1
+    assert queue.claim_one("w") is None
+
+
+def test_fail_dead_letters_at_once(store: alkstore.Store) -> None:
+    queue = store.queue("q")
+    job_id = queue.enqueue(1)
+    assert claim(queue).fail("bad input")
+    snapshot = info(queue, job_id)
+    assert (snapshot.state, snapshot.last_error, snapshot.attempts) == ("dead", "bad input", 1)
+    assert queue.claim_one("w") is None
+
+
+def test_opts_are_stamped_at_enqueue_and_never_rewritten(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(max_attempts=4, visibility_timeout_s=20))
+    job_id = queue.enqueue(1, EnqueueOpts(priority=9, max_attempts=2, expires=60))
+    default_id = queue.enqueue(2)
+    store.queue("q", QueueOpts(max_attempts=8, visibility_timeout_s=90))
+    stamped, default = info(queue, job_id), info(queue, default_id)
+    assert (stamped.priority, stamped.max_attempts) == (9, 2)
+    assert stamped.expires_at == pytest.approx(stamped.created_at + 60, abs=1)
+    assert (default.priority, default.max_attempts, default.expires_at) == (0, 4, None)
+    job = claim(queue)
+    assert job.deadline == pytest.approx(time.time() + 20, abs=2)
+
+
+def test_an_expired_job_is_never_handed_out_and_sweep_moves_every_state(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=60))
+    processing = queue.enqueue("processing", EnqueueOpts(expires=0.2, priority=1))
+    pending = queue.enqueue("pending", EnqueueOpts(expires=0.2))
+    keeper = queue.enqueue("keeper")
+    assert claim(queue).id == processing
+    time.sleep(0.3)
+    assert claim(queue).id == keeper
+    assert queue.claim_one("w") is None
+    assert queue.sweep_expired() == 2
+    for job_id in (pending, processing):
+        assert info(queue, job_id).state == "dead"
+
+
+def test_sweep_purges_dead_letters_past_their_retention_only(store: alkstore.Store) -> None:
+    short = store.queue("short", QueueOpts(dead_letter_retention_s=0.1))
+    forever = store.queue("forever")
+    short_id, forever_id = short.enqueue(1), forever.enqueue(1)
+    assert claim(short).fail("x")
+    assert claim(forever).fail("x")
+    time.sleep(0.2)
+    short.sweep_expired()
+    forever.sweep_expired()
+    assert short.get_job(short_id) is None
+    assert info(forever, forever_id).state == "dead"
+
+
+def test_ack_batch_acks_only_what_the_worker_still_holds(store: alkstore.Store) -> None:
+    queue = store.queue("q")
+    for n in range(4):
+        queue.enqueue(n)
+    mine = queue.claim_batch("me", 3)
+    theirs = claim(queue, "them")
+    assert queue.ack_batch([j.id for j in mine] + [theirs.id], "me") == 3
+    assert theirs.ack()
+
+
+def test_cancel_deletes_a_job_in_any_state(store: alkstore.Store) -> None:
+    queue = store.queue("q")
+    pending, processing, dead = queue.enqueue(1), queue.enqueue(2), queue.enqueue(3)
+    claim(queue)
+    assert claim(queue).fail("x")
+    for job_id in (pending, processing, dead):
+        assert queue.cancel(job_id)
+        assert not queue.cancel(job_id)
+        assert queue.get_job(job_id) is None
+
+
+def test_queues_are_separate_namespaces(store: alkstore.Store) -> None:
+    job_id = store.queue("b").enqueue("for b")
+    assert store.queue("a").claim_one("w") is None
+    assert store.queue("a").get_job(job_id) is None
+    assert not store.queue("a").cancel(job_id)
+
+
+def test_wait_wakes_when_another_store_enqueues(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    queue = store.queue("q")
+    assert not queue.wait(0.1)
+    threading.Timer(0.1, peer.queue("q").enqueue, [1]).start()
+    started = time.monotonic()
+    assert queue.wait(10)
+    assert time.monotonic() - started < 5
+    assert queue.claim_one("w") is not None
+
+
+def test_wait_wakes_when_a_delayed_job_turns_ready(store: alkstore.Store) -> None:
+    queue = store.queue("q")
+    queue.enqueue(1, EnqueueOpts(delay=0.2))
+    started = time.monotonic()
+    job = None
+    while job is None and time.monotonic() - started < 8:
+        queue.wait(8)  # True means "look again"; the clock must end the wait, not the timeout
+        job = queue.claim_one("w")
+    assert job is not None
+    assert time.monotonic() - started < 4
+
+
+def test_each_job_goes_to_exactly_one_of_many_threads(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    with store.transaction() as tx:
+        for n in range(300):
+            tx.enqueue_tx("q", None, n)
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def work(source: alkstore.Store, worker: str) -> None:
+        queue = source.queue("q")
+        while jobs := queue.claim_batch(worker, 7):
+            with lock:
+                seen.extend(job.payload for job in jobs)
+            assert queue.ack_batch([job.id for job in jobs], worker) == len(jobs)
+
+    threads = [
+        threading.Thread(target=work, args=(store if n % 2 else peer, f"w{n}")) for n in range(6)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(seen) == list(range(300))

@@ -1,0 +1,133 @@
+"""The transaction seam: every side effect commits or rolls back with the business write."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+import alkstore
+from alkstore import Wake
+from alkstore.engine import TestProvider
+from alkstore_contract_tests.suite._support import needs
+
+SideEffect = Callable[[alkstore.TxHandle], object]
+
+SIDE_EFFECTS: dict[str, SideEffect] = {
+    "enqueue_tx": lambda tx: tx.enqueue_tx("emails", None, {"order": 1}),
+    "publish_tx": lambda tx: tx.publish_tx("orders", {"order": 1}),
+    "publish_with_key_tx": lambda tx: tx.publish_with_key_tx("orders", "k", {"order": 1}),
+    "notify_tx": lambda tx: tx.notify_tx("orders", {"order": 1}),
+    "save_offset_tx": lambda tx: tx.save_offset_tx("orders", "projection", 7),
+    "outbox_enqueue_tx": lambda tx: tx.outbox_enqueue_tx("hooks", None, {"order": 1}),
+}
+
+
+def visible(store: alkstore.Store, kind: str, wakes: alkstore.WakeReceiver) -> bool:
+    """Whether the side effect ``kind`` can be seen from ``store``."""
+    if kind == "enqueue_tx":
+        return store.queue("emails").claim_one("w") is not None
+    if kind in ("publish_tx", "publish_with_key_tx"):
+        return store.stream("orders").read_since(0) != []
+    if kind == "notify_tx":
+        return wakes.recv(0.3) == Wake("orders")
+    if kind == "save_offset_tx":
+        return store.stream("orders").get_offset("projection") == 7
+    return store.outbox("hooks").run_once("w", lambda payload: None)
+
+
+@pytest.mark.parametrize("kind", sorted(SIDE_EFFECTS))
+def test_a_rollback_by_exception_leaves_no_ghost(
+    store: alkstore.Store, peer: alkstore.Store, kind: str
+) -> None:
+    with peer.listen("orders") as wakes:
+        with pytest.raises(RuntimeError), store.transaction() as tx:
+            SIDE_EFFECTS[kind](tx)
+            raise RuntimeError("the business rule failed")
+        assert not visible(peer, kind, wakes)
+
+
+@pytest.mark.parametrize("kind", sorted(SIDE_EFFECTS))
+def test_an_explicit_rollback_leaves_no_ghost(
+    store: alkstore.Store, peer: alkstore.Store, kind: str
+) -> None:
+    with peer.listen("orders") as wakes:
+        tx = store.begin_tx()
+        SIDE_EFFECTS[kind](tx)
+        tx.rollback()
+        assert not visible(peer, kind, wakes)
+
+
+@pytest.mark.parametrize("kind", sorted(SIDE_EFFECTS))
+def test_a_commit_makes_the_side_effect_visible(
+    store: alkstore.Store, peer: alkstore.Store, kind: str
+) -> None:
+    with peer.listen("orders") as wakes:
+        with store.transaction() as tx:
+            SIDE_EFFECTS[kind](tx)
+        assert visible(peer, kind, wakes)
+
+
+def test_side_effects_and_the_business_write_commit_together(
+    provider: TestProvider, store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    needs(provider, "write_business_row")
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        provider.write_business_row(tx, "rolled-back")
+        tx.enqueue_tx("emails", None, "rolled-back")
+        raise RuntimeError("roll back")
+    assert "rolled-back" not in provider.business_rows(peer)
+    assert peer.queue("emails").claim_one("w") is None
+    with store.transaction() as tx:
+        provider.write_business_row(tx, "committed")
+        tx.enqueue_tx("emails", None, "committed")
+        tx.publish_tx("orders", "committed")
+    assert provider.business_rows(peer) == {"committed"}
+    job = peer.queue("emails").claim_one("w")
+    assert job is not None
+    assert job.payload == "committed"
+    assert [e.payload for e in peer.stream("orders").read_since(0)] == ["committed"]
+
+
+def test_save_offset_tx_advances_once_and_never_back(store: alkstore.Store) -> None:
+    with store.transaction() as tx:
+        assert tx.save_offset_tx("orders", "c", 5)
+        assert not tx.save_offset_tx("orders", "c", 5)
+        assert not tx.save_offset_tx("orders", "c", 3)
+        assert tx.save_offset_tx("orders", "c", 6)
+    assert store.stream("orders").get_offset("c") == 6
+    with store.transaction() as tx:
+        assert not tx.save_offset_tx("orders", "c", 6)
+
+
+def test_enqueue_tx_stamps_the_opts_this_store_declared(store: alkstore.Store) -> None:
+    store.queue("emails", alkstore.QueueOpts(max_attempts=7))
+    with store.transaction() as tx:
+        declared = tx.enqueue_tx("emails", None, 1)
+        default = tx.enqueue_tx("other", alkstore.EnqueueOpts(priority=2), 1)
+        outbox = tx.outbox_enqueue_tx("hooks", alkstore.EnqueueOpts(max_attempts=9), 1)
+    declared_info = store.queue("emails").get_job(declared)
+    default_info = store.queue("other").get_job(default)
+    assert declared_info is not None
+    assert default_info is not None
+    assert declared_info.max_attempts == 7
+    assert (default_info.max_attempts, default_info.priority) == (3, 2)
+    assert outbox > 0
+
+
+def test_a_handle_is_closed_after_commit_or_rollback(store: alkstore.Store) -> None:
+    tx = store.begin_tx()
+    tx.commit()
+    with pytest.raises(alkstore.Closed):
+        tx.enqueue_tx("q", None, 1)
+    with pytest.raises(alkstore.Closed):
+        tx.rollback()
+    tx = store.begin_tx()
+    tx.rollback()
+    with pytest.raises(alkstore.Closed):
+        tx.commit()
+
+
+def test_tx_connection_is_the_drivers(store: alkstore.Store) -> None:
+    with store.transaction() as tx:
+        assert tx.connection is not None
