@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 import alkstore
@@ -16,7 +18,7 @@ def test_every_call_after_close_raises_closed(store: alkstore.Store) -> None:
     store.close()
     store.close()  # idempotent
     assert store.closed
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: store.notify("c", 1),
         lambda: store.listen("c"),
         lambda: store.queue("q"),
