@@ -16,6 +16,7 @@ __all__ = [
     "PROVIDER",
     "pytest_addoption",
     "pytest_configure",
+    "pytest_ignore_collect",
     "pytest_report_header",
     "pytest_unconfigure",
 ]
@@ -66,6 +67,13 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--alkstore-engine={name}: {exc}") from exc
     config.stash[PROVIDER] = provider
     config.args[:] = [str(SUITE)]
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Without an engine, the suite's files are not tests to collect."""
+    if config.stash.get(PROVIDER, None) is None and collection_path.is_relative_to(SUITE):
+        return True
+    return None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
