@@ -1,4 +1,8 @@
-"""The transaction seam on SQLite: side effects commit and roll back with the business write."""
+"""The transaction seam's SQLite side: driver connections, adoption, abandonment.
+
+Commit-atomicity and the no-ghosts rollback of every side effect are the
+conformance suite's (``pytest --alkstore-engine=sqlite``).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ from pathlib import Path
 import pytest
 
 import alkstore
-from alkstore import Wake
 from alkstore_sqlite import SQLiteStore
 
 
@@ -18,52 +21,6 @@ def orders(store: SQLiteStore) -> SQLiteStore:
     with store.transaction() as tx:
         tx.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
     return store
-
-
-def write_everything(tx: alkstore.TxHandle, order: int) -> int:
-    """Every kind of side effect beside a business row; returns the job id."""
-    tx.execute("INSERT INTO orders (id) VALUES (?)", (order,))
-    job_id = tx.enqueue_tx("emails", None, {"order": order})
-    tx.publish_tx("orders", {"order": order})
-    tx.publish_with_key_tx("orders", "k", {"order": order})
-    tx.notify_tx("orders", {"order": order})
-    tx.save_offset_tx("orders", "projection", 1)
-    tx.outbox_enqueue_tx("hooks", None, {"order": order})
-    return job_id
-
-
-def test_rollback_leaves_no_ghosts(orders: SQLiteStore, peer: SQLiteStore) -> None:
-    with peer.listen("orders") as wakes:
-        with pytest.raises(RuntimeError), orders.transaction() as tx:
-            write_everything(tx, 1)
-            raise RuntimeError("business rule")
-        assert wakes.recv(0.1) is None
-    assert peer.queue("emails").claim_one("w") is None
-    assert peer.stream("orders").read_since(0) == []
-    assert peer.stream("orders").get_offset("projection") == 0
-    assert not peer.outbox("hooks").run_once("w", lambda payload: None)
-    with peer.transaction() as tx:
-        assert tx.execute("SELECT COUNT(*) FROM orders") == [(0,)]
-
-
-def test_commit_makes_everything_visible_together(orders: SQLiteStore, peer: SQLiteStore) -> None:
-    with peer.listen("orders") as wakes:
-        tx = orders.begin_tx()
-        job_id = write_everything(tx, 7)
-        # Nothing is visible before the commit (reads do not wait for the writer).
-        assert peer.queue("emails").get_job(job_id) is None
-        assert peer.stream("orders").read_since(0) == []
-        assert peer.stream("orders").get_offset("projection") == 0
-        tx.commit()
-        assert wakes.recv(5) == Wake("orders")
-    job = peer.queue("emails").claim_one("w")
-    assert job is not None
-    assert job.payload == {"order": 7}
-    assert [e.key for e in peer.stream("orders").read_since(0)] == [None, "k"]
-    assert peer.stream("orders").get_offset("projection") == 1
-    delivered: list[object] = []
-    assert peer.outbox("hooks").run_once("w", delivered.append)
-    assert delivered == [{"order": 7}]
 
 
 def test_execute_returns_rows_and_connection_is_the_driver_connection(orders: SQLiteStore) -> None:
@@ -83,16 +40,6 @@ def test_a_bad_statement_is_a_database_error_and_the_transaction_goes_on(
         tx.execute("INSERT INTO orders (id) VALUES (1)")
     with orders.transaction() as tx:
         assert tx.execute("SELECT id FROM orders") == [(1,)]
-
-
-def test_save_offset_tx_advances_exactly_once_within_the_business_tx(orders: SQLiteStore) -> None:
-    stream = orders.stream("orders")
-    offsets = [stream.publish(n) for n in range(3)]
-    with orders.transaction() as tx:
-        assert tx.save_offset_tx("orders", "c", offsets[1])
-        assert not tx.save_offset_tx("orders", "c", offsets[1])
-        assert not tx.save_offset_tx("orders", "c", offsets[0])
-    assert stream.get_offset("c") == offsets[1]
 
 
 def test_adopt_tx_writes_through_the_callers_connection(
