@@ -39,6 +39,7 @@ from alkstore._names import check_identifier, check_name, outbox_queue_name
 from alkstore._options import OUTBOX_QUEUE_OPTS
 from alkstore._queue import Queue
 from alkstore._receivers import BufferedWakeReceiver, WakeReceiver
+from alkstore._runner import run_scheduler
 from alkstore._stamp import JobStamp, stamp_job
 from alkstore._store import StopSignal, Store, default_owner
 from alkstore._stream import EventReceiver, Stream
@@ -80,6 +81,7 @@ __all__ = [
     "outbox_queue_name",
     "parse_every",
     "plan_fires",
+    "run_scheduler",
     "stamp_job",
 ]
 

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from alkstore import SCHEDULER_LOCK, EnqueueOpts, LeadershipLost
-from alkstore.engine import StopSignal, WakeReceiver, plan_fires, stamp_job
+from alkstore.engine import Lock, StopSignal, plan_fires, run_scheduler, stamp_job
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._lock import SQLiteLock, acquire, holds
@@ -28,16 +28,13 @@ def run_schedules(store: SQLiteStore, stop: StopSignal, owner: str) -> None:
     """Lead or stand by until ``stop`` is set; see ``Store.run_schedules``."""
     lease = store.settings.scheduler_lease_s
     with store.subscribe(SCHEDULES_KEY) as changes:
-        while not stop.is_set():
-            lock = _try_lead(store, owner, lease)
-            if lock is None:
-                stop.wait(lease / 4)  # standby: look again well inside a lease
-                continue
-            try:
-                _lead(store, stop, lock, changes)
-            finally:
-                if not store.closed:
-                    lock.release()
+        run_scheduler(
+            stop,
+            lease_s=lease,
+            try_lead=lambda: _try_lead(store, owner, lease),
+            fire_due=lambda lock: _fire_due(store, lock),
+            changes=changes,
+        )
 
 
 def _try_lead(store: SQLiteStore, owner: str, lease: float) -> SQLiteLock | None:
@@ -48,23 +45,7 @@ def _try_lead(store: SQLiteStore, owner: str, lease: float) -> SQLiteLock | None
     return SQLiteLock(store, SCHEDULER_LOCK, owner, lease) if leading else None
 
 
-def _lead(store: SQLiteStore, stop: StopSignal, lock: SQLiteLock, changes: WakeReceiver) -> None:
-    renew_every = lock.ttl_s / 3
-    renew_at = time.monotonic() + renew_every
-    while not stop.is_set():
-        if time.monotonic() >= renew_at:
-            if not lock.renew():
-                raise LeadershipLost(f"{lock.owner!r} failed to renew {SCHEDULER_LOCK!r}")
-            renew_at = time.monotonic() + renew_every
-        next_fire_at = _fire_due(store, lock)
-        sleep = renew_at - time.monotonic()
-        if next_fire_at is not None:
-            sleep = min(sleep, next_fire_at - time.time())
-        if sleep > 0:
-            changes.recv(sleep)  # a schedule change wakes the leader early
-
-
-def _fire_due(store: SQLiteStore, lock: SQLiteLock) -> float | None:
+def _fire_due(store: SQLiteStore, lock: Lock) -> float | None:
     """Fire every elapsed boundary; return when the next one is due."""
     now = time.time()
     with translate("fire schedules"), store.pool.connection() as connection:

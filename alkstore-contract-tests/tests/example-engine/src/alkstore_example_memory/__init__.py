@@ -47,6 +47,7 @@ from alkstore.engine import (
     WakeReceiver,
     decode,
     plan_fires,
+    run_scheduler,
     stamp_job,
 )
 
@@ -484,30 +485,13 @@ class MemoryStore(Store):
     def _run_schedules(self, stop: StopSignal, owner: str) -> None:
         lease = self.scheduler_lease_s
         with self.subscribe(SCHEDULES_KEY) as changes:
-            while not stop.is_set():
-                lock = self._try_lock(SCHEDULER_LOCK, owner, lease)
-                if lock is None:
-                    stop.wait(lease / 4)
-                    continue
-                try:
-                    self._lead(stop, lock, changes)
-                finally:
-                    if not self.closed:
-                        lock.release()
-
-    def _lead(self, stop: StopSignal, lock: Lock, changes: WakeReceiver) -> None:
-        renew_at = time.monotonic() + lock.ttl_s / 3
-        while not stop.is_set():
-            if time.monotonic() >= renew_at:
-                if not lock.renew():
-                    raise LeadershipLost(f"{lock.owner!r} failed to renew {SCHEDULER_LOCK!r}")
-                renew_at = time.monotonic() + lock.ttl_s / 3
-            next_fire_at = self._fire_due(lock.owner)
-            sleep = renew_at - time.monotonic()
-            if next_fire_at is not None:
-                sleep = min(sleep, next_fire_at - time.time())
-            if sleep > 0:
-                changes.recv(sleep)
+            run_scheduler(
+                stop,
+                lease_s=lease,
+                try_lead=lambda: self._try_lock(SCHEDULER_LOCK, owner, lease),
+                fire_due=lambda lock: self._fire_due(lock.owner),
+                changes=changes,
+            )
 
     def _fire_due(self, owner: str) -> float | None:
         now = time.time()
