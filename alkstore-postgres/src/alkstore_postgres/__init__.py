@@ -1,15 +1,22 @@
-"""The PostgreSQL engine of alkstore (``alkstore.open("postgresql://...")``).
+"""The PostgreSQL engine of alkstore: ``alkstore.open("postgresql://...")``.
 
-This release registers the engine name and schemes; the engine itself is not
-built yet, so opening a store raises ``NotImplementedError``.
+Every mechanism lives in one engine-owned schema (default ``alkstore``) of
+the application's database; any number of processes on any number of hosts
+share it. Options (keywords of ``alkstore.open`` or DSN query parameters):
+``schema``, ``pool_min_size``, ``pool_max_size``, ``connect_timeout_s`` and
+``scheduler_lease_s``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from alkstore import Store
-from alkstore.engine import Capabilities, Engine
+from alkstore.engine import Engine, TestProvider
+from alkstore_postgres._capabilities import CAPABILITIES
+
+if TYPE_CHECKING:
+    from alkstore_postgres._store import PostgresStore
 
 __all__ = ["PostgresEngine"]
 
@@ -19,11 +26,17 @@ class PostgresEngine(Engine):
 
     name = "postgres"
     schemes = ("postgres", "postgresql")
-    capabilities = Capabilities(
-        notify_payload_limit=8000, wakes_coalesce=False, reconnect_wakes=True
-    )
+    capabilities = CAPABILITIES
 
-    def open(self, target: str, **options: Any) -> Store:
-        raise NotImplementedError(
-            "alkstore-postgres 0.1.0.dev0 is a placeholder: the PostgreSQL engine is not built yet"
-        )
+    def open(self, target: str, **options: Any) -> PostgresStore:
+        from alkstore_postgres._settings import Settings, parse_target  # noqa: PLC0415
+        from alkstore_postgres._store import PostgresStore  # noqa: PLC0415
+
+        conninfo, dsn_options, address = parse_target(target)
+        settings = Settings.from_options({**dsn_options, **options})
+        return PostgresStore(conninfo, address, settings)
+
+    def test_provider(self, options: Mapping[str, str]) -> TestProvider:
+        from alkstore_postgres._testing import PostgresTestProvider  # noqa: PLC0415
+
+        return PostgresTestProvider(self, options)

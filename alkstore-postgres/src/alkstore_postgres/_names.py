@@ -1,0 +1,40 @@
+"""Names as PostgreSQL stores them, and as LISTEN channels.
+
+PostgreSQL text cannot hold NUL, and a LISTEN channel is an identifier of at
+most 63 bytes. Stored names escape ``\\`` and NUL (injectively); channels are
+a hash of schema and name, and each notification carries the escaped name so
+the listener delivers only on an exact match: collisions are never seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["channel_identifier", "stored", "unstored"]
+
+
+def stored(text: str) -> str:
+    """``text`` as a PostgreSQL text value."""
+    if "\\" not in text and "\x00" not in text:
+        return text
+    return text.replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+def unstored(text: str) -> str:
+    """The inverse of :func:`stored`."""
+    if "\\" not in text:
+        return text
+    out, chars = [], iter(text)
+    for char in chars:
+        if char == "\\":
+            follower = next(chars, "")
+            out.append("\x00" if follower == "0" else follower)
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def channel_identifier(schema: str, key: str) -> str:
+    """The LISTEN/NOTIFY channel for ``key`` in ``schema``: 44 ASCII characters."""
+    digest = hashlib.blake2b(f"{schema}\x00{key}".encode(), digest_size=20).hexdigest()
+    return f"alk_{digest}"

@@ -1,0 +1,257 @@
+"""Every SQL statement the engine runs, apart from how connections are driven.
+
+``{s}`` is the engine's schema (quoted) and ``{now}`` the database server's
+clock at the start of the statement, in Unix seconds: every deadline, run
+time, expiry and lock TTL comes from the server, so worker hosts with skewed
+clocks still agree. Values are always bound, never interpolated.
+"""
+
+from __future__ import annotations
+
+import functools
+
+__all__ = ["Statements"]
+
+NOW = "extract(epoch FROM statement_timestamp())::float8"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS {s}.jobs (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue text NOT NULL,
+    payload text NOT NULL,
+    priority int NOT NULL,
+    run_at float8 NOT NULL,
+    created_at float8 NOT NULL,
+    expires_at float8,
+    attempts int NOT NULL DEFAULT 0,
+    max_attempts int NOT NULL,
+    visibility_timeout_s float8 NOT NULL,
+    backoff_base_s float8 NOT NULL,
+    retention_s float8,
+    worker_id text,
+    deadline float8,
+    last_error text
+);
+CREATE INDEX IF NOT EXISTS jobs_ready
+    ON {s}.jobs (queue, priority DESC, run_at, id) WHERE deadline IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_claimed ON {s}.jobs (queue, deadline) WHERE deadline IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_expiring
+    ON {s}.jobs (queue, expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS {s}.dead (
+    id bigint PRIMARY KEY,
+    queue text NOT NULL,
+    payload text NOT NULL,
+    priority int NOT NULL,
+    run_at float8 NOT NULL,
+    created_at float8 NOT NULL,
+    expires_at float8,
+    attempts int NOT NULL,
+    max_attempts int NOT NULL,
+    retention_s float8,
+    worker_id text,
+    last_error text,
+    died_at float8 NOT NULL
+);
+CREATE INDEX IF NOT EXISTS dead_by_queue ON {s}.dead (queue, died_at);
+CREATE TABLE IF NOT EXISTS {s}.stream_heads (stream text PRIMARY KEY, head bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS {s}.events (
+    stream text NOT NULL,
+    "offset" bigint NOT NULL,
+    key text,
+    payload text NOT NULL,
+    created_at float8 NOT NULL,
+    PRIMARY KEY (stream, "offset")
+);
+CREATE TABLE IF NOT EXISTS {s}.offsets (
+    stream text NOT NULL,
+    consumer text NOT NULL,
+    "offset" bigint NOT NULL,
+    PRIMARY KEY (stream, consumer)
+);
+CREATE TABLE IF NOT EXISTS {s}.locks (
+    name text PRIMARY KEY,
+    owner text NOT NULL,
+    expires_at float8 NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {s}.schedules (
+    name text PRIMARY KEY,
+    spec text NOT NULL,
+    interval_s bigint NOT NULL,
+    queue text NOT NULL,
+    payload text NOT NULL,
+    priority int NOT NULL,
+    max_attempts int,
+    expires_s float8,
+    anchor float8 NOT NULL,
+    next_fire_at float8 NOT NULL
+)
+"""
+
+_DEAD_COLUMNS = (
+    "id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts, "
+    "retention_s, worker_id, last_error, died_at"
+)
+_MOVED = (
+    "id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts, "
+    "retention_s, worker_id"
+)
+HOLDS = "id = %(id)s AND attempts = %(attempts)s AND worker_id = %(worker)s AND deadline >= {now}"
+
+
+class Statements:
+    """The statements of one schema, rendered once."""
+
+    def __init__(self, schema: str) -> None:
+        quoted = '"' + schema.replace('"', '""') + '"'
+        render = functools.partial(_render, quoted)
+        self.schema_ddl = [render(part) for part in SCHEMA.split(";") if part.strip()]
+        self.enqueue = render(
+            "INSERT INTO {s}.jobs (queue, payload, priority, run_at, created_at, expires_at, "
+            "max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
+            "VALUES (%(queue)s, %(payload)s, %(priority)s, "
+            "COALESCE(%(run_at)s, {now} + %(delay)s), {now}, {now} + %(expires_in)s, "
+            "%(max_attempts)s, %(visibility)s, %(backoff)s, %(retention)s) "
+            "RETURNING id, pg_notify(%(channel)s, %(key)s)"
+        )
+        self.lapsed_to_dead = render(
+            f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE id IN ("
+            "SELECT id FROM {s}.jobs WHERE queue = %(queue)s AND deadline < {now} "
+            "AND attempts >= max_attempts FOR UPDATE SKIP LOCKED) "
+            f"RETURNING {_MOVED}) "
+            f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) SELECT {_MOVED}, "
+            "'claim lapsed (visibility timeout) on the last of ' || max_attempts || "
+            "' attempts', {now} FROM moved"
+        )
+        self.lapsed_to_pending = render(
+            "UPDATE {s}.jobs SET deadline = NULL WHERE id IN ("
+            "SELECT id FROM {s}.jobs WHERE queue = %(queue)s AND deadline < {now} "
+            "FOR UPDATE SKIP LOCKED)"
+        )
+        self.claim = render(
+            "UPDATE {s}.jobs SET attempts = attempts + 1, "
+            "deadline = {now} + visibility_timeout_s, worker_id = %(worker)s "
+            "WHERE id IN (SELECT id FROM {s}.jobs WHERE queue = %(queue)s "
+            "AND deadline IS NULL AND run_at <= {now} "
+            "AND (expires_at IS NULL OR expires_at > {now}) "
+            "ORDER BY priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED) "
+            "RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, "
+            "backoff_base_s"
+        )
+        self.ack = render("DELETE FROM {s}.jobs WHERE " + HOLDS)
+        self.ack_batch = render(
+            "DELETE FROM {s}.jobs WHERE queue = %(queue)s AND worker_id = %(worker)s "
+            "AND deadline >= {now} AND id = ANY(%(ids)s)"
+        )
+        self.retry = render(
+            "UPDATE {s}.jobs SET deadline = NULL, run_at = {now} + %(delay)s, "
+            "last_error = %(error)s WHERE " + HOLDS + " AND attempts < max_attempts "
+            "RETURNING pg_notify(%(channel)s, %(key)s)"
+        )
+        self.to_dead_if_held = render(
+            f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE {HOLDS} RETURNING {_MOVED}) "
+            f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) "
+            f"SELECT {_MOVED}, %(error)s, {{now}} FROM moved"
+        )
+        self.heartbeat = render(
+            "UPDATE {s}.jobs SET deadline = {now} + %(extend)s WHERE "
+            + HOLDS
+            + " RETURNING deadline"
+        )
+        self.cancel_live = render("DELETE FROM {s}.jobs WHERE id = %(id)s AND queue = %(queue)s")
+        self.cancel_dead = render("DELETE FROM {s}.dead WHERE id = %(id)s AND queue = %(queue)s")
+        self.get_live = render(
+            "SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, "
+            "max_attempts, worker_id, deadline, last_error "
+            "FROM {s}.jobs WHERE id = %(id)s AND queue = %(queue)s"
+        )
+        self.get_dead = render(
+            "SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, "
+            "max_attempts, worker_id, last_error, died_at "
+            "FROM {s}.dead WHERE id = %(id)s AND queue = %(queue)s"
+        )
+        self.expired_to_dead = render(
+            f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE queue = %(queue)s "
+            f"AND expires_at <= {{now}} RETURNING {_MOVED}) "
+            f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) "
+            f"SELECT {_MOVED}, 'expired', {{now}} FROM moved"
+        )
+        self.purge_dead = render(
+            "DELETE FROM {s}.dead WHERE queue = %(queue)s AND retention_s IS NOT NULL "
+            "AND died_at + retention_s <= {now}"
+        )
+        self.next_ready = render(
+            "SELECT LEAST("
+            "(SELECT MIN(run_at) FROM {s}.jobs WHERE queue = %(queue)s AND deadline IS NULL "
+            "AND (expires_at IS NULL OR expires_at > {now})), "
+            "(SELECT MIN(deadline) FROM {s}.jobs WHERE queue = %(queue)s "
+            "AND deadline IS NOT NULL)) - {now}"
+        )
+        self.publish = render(
+            "WITH head AS (INSERT INTO {s}.stream_heads AS h (stream, head) "
+            "VALUES (%(stream)s, 1) ON CONFLICT (stream) DO UPDATE SET head = h.head + 1 "
+            "RETURNING head) "
+            'INSERT INTO {s}.events (stream, "offset", key, payload, created_at) '
+            "SELECT %(stream)s, head, %(key)s, %(payload)s, {now} FROM head "
+            'RETURNING "offset", pg_notify(%(channel)s, %(wake)s)'
+        )
+        self.read_since = render(
+            'SELECT "offset", key, payload, created_at FROM {s}.events '
+            'WHERE stream = %(stream)s AND "offset" > %(offset)s ORDER BY "offset" LIMIT %(limit)s'
+        )
+        self.get_offset = render(
+            'SELECT "offset" FROM {s}.offsets WHERE stream = %(stream)s AND consumer = %(consumer)s'
+        )
+        self.save_offset = render(
+            'INSERT INTO {s}.offsets AS o (stream, consumer, "offset") '
+            "VALUES (%(stream)s, %(consumer)s, %(offset)s) "
+            'ON CONFLICT (stream, consumer) DO UPDATE SET "offset" = excluded."offset" '
+            'WHERE o."offset" < excluded."offset"'
+        )
+        self.notify = "SELECT pg_notify(%(channel)s, %(key)s)"
+        self.try_lock = render(
+            "INSERT INTO {s}.locks AS l (name, owner, expires_at) "
+            "VALUES (%(name)s, %(owner)s, {now} + %(ttl)s) "
+            "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
+            "expires_at = excluded.expires_at WHERE l.expires_at <= {now} RETURNING owner"
+        )
+        self.lock_held = render(
+            "SELECT 1 FROM {s}.locks WHERE name = %(name)s AND owner = %(owner)s "
+            "AND expires_at > {now}"
+        )
+        self.renew_lock = render(
+            "UPDATE {s}.locks SET expires_at = {now} + %(ttl)s WHERE name = %(name)s "
+            "AND owner = %(owner)s AND expires_at > {now}"
+        )
+        self.release_lock = render(
+            "DELETE FROM {s}.locks WHERE name = %(name)s AND owner = %(owner)s "
+            "RETURNING expires_at > {now}"
+        )
+        self.get_schedule = render(
+            "SELECT spec, anchor, next_fire_at, {now} FROM {s}.schedules "
+            "WHERE name = %(name)s FOR UPDATE"
+        )
+        self.now = render("SELECT {now}")
+        self.upsert_schedule = render(
+            "INSERT INTO {s}.schedules (name, spec, interval_s, queue, payload, priority, "
+            "max_attempts, expires_s, anchor, next_fire_at) VALUES (%(name)s, %(spec)s, "
+            "%(interval)s, %(queue)s, %(payload)s, %(priority)s, %(max_attempts)s, "
+            "%(expires)s, %(anchor)s, %(next)s) ON CONFLICT (name) DO UPDATE SET "
+            "spec = excluded.spec, interval_s = excluded.interval_s, queue = excluded.queue, "
+            "payload = excluded.payload, priority = excluded.priority, "
+            "max_attempts = excluded.max_attempts, expires_s = excluded.expires_s, "
+            "next_fire_at = excluded.next_fire_at"
+        )
+        self.delete_schedule = render("DELETE FROM {s}.schedules WHERE name = %(name)s")
+        self.due_schedules = render(
+            "SELECT name, interval_s, queue, payload, priority, max_attempts, expires_s, "
+            "next_fire_at, {now} FROM {s}.schedules WHERE next_fire_at <= {now}"
+        )
+        self.next_schedule = render("SELECT MIN(next_fire_at) - {now} FROM {s}.schedules")
+        self.advance_schedule = render(
+            "UPDATE {s}.schedules SET next_fire_at = %(to)s "
+            "WHERE name = %(name)s AND next_fire_at = %(from)s"
+        )
+
+
+def _render(schema: str, template: str) -> str:
+    return template.replace("{s}", schema).replace("{now}", NOW)

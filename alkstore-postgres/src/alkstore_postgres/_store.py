@@ -1,0 +1,214 @@
+"""The PostgreSQL Store: a connection pool, one listener connection, one schema."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import psycopg
+import psycopg_pool
+
+from alkstore import SCHEDULER_LOCK, Database, QueueOpts, Schedule, ScheduleOpts
+from alkstore.engine import (
+    BufferedWakeReceiver,
+    Capabilities,
+    Lock,
+    StopSignal,
+    Store,
+    TxHandle,
+    WakeReceiver,
+    decode,
+    run_scheduler,
+)
+from alkstore_postgres._capabilities import CAPABILITIES
+from alkstore_postgres._errors import translate
+from alkstore_postgres._listener import Listener
+from alkstore_postgres._lock import PostgresLock, acquire
+from alkstore_postgres._names import channel_identifier, stored
+from alkstore_postgres._queue import PostgresQueue
+from alkstore_postgres._scheduler import SCHEDULES_KEY, fire_due
+from alkstore_postgres._schema import migrate
+from alkstore_postgres._settings import Settings
+from alkstore_postgres._sql import Statements
+from alkstore_postgres._stream import PostgresStream
+from alkstore_postgres._tx import PostgresTx
+
+__all__ = ["PostgresStore"]
+
+
+class PostgresStore(Store):
+    """A store in one schema of a PostgreSQL database, for many worker hosts."""
+
+    capabilities: ClassVar[Capabilities] = CAPABILITIES
+
+    def __init__(self, conninfo: str, address: str, settings: Settings) -> None:
+        super().__init__(f"postgresql://{address} schema={settings.schema}")
+        self.settings = settings
+        self.sql = Statements(settings.schema)
+        self._conninfo = conninfo
+        self._address = address
+        with _connect_errors(address):
+            first = psycopg.connect(
+                conninfo, autocommit=True, connect_timeout=int(settings.connect_timeout_s)
+            )
+        try:
+            with translate(f"preparing schema {settings.schema!r}"):
+                try:
+                    migrate(first, settings.schema, self.sql)
+                except RuntimeError as exc:
+                    raise Database(str(exc)) from exc
+        finally:
+            first.close()
+        self.pool = psycopg_pool.ConnectionPool(
+            conninfo,
+            min_size=settings.pool_min_size,
+            max_size=settings.pool_max_size,
+            kwargs={"autocommit": True},
+            timeout=settings.connect_timeout_s,
+            open=False,
+        )
+        with _connect_errors(address):
+            self.pool.open(wait=True, timeout=settings.connect_timeout_s)
+        self._listener = Listener(self._listener_connection, settings.schema)
+
+    def _listener_connection(self) -> psycopg.Connection:
+        return psycopg.connect(
+            self._conninfo, autocommit=True, connect_timeout=int(self.settings.connect_timeout_s)
+        )
+
+    @property
+    def listener_reconnects(self) -> int:
+        """How often the listener connection was lost and made again."""
+        return self._listener.reconnects
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection (autocommit) for the block."""
+        self._check_open()
+        with self.pool.connection() as connection:
+            yield connection
+
+    @contextlib.contextmanager
+    def in_transaction(self) -> Iterator[psycopg.Connection]:
+        """A pooled connection inside a transaction, committed at the end of the block."""
+        with self.connection() as connection, connection.transaction():
+            yield connection
+
+    def subscribe(self, key: str) -> BufferedWakeReceiver:
+        self._check_open()
+        return self._listener.subscribe(key)
+
+    def wake_params(
+        self, key: str, channel: str = "channel", payload: str = "key"
+    ) -> dict[str, str]:
+        """Bind parameters for ``pg_notify`` that wake ``key``'s receivers."""
+        return {channel: channel_identifier(self.settings.schema, key), payload: stored(key)}
+
+    # Engine hooks
+
+    def _close(self) -> None:
+        self._listener.close()
+        self.pool.close()
+
+    def _notify(self, channel: str, payload_json: str) -> None:
+        with translate(f"notify {channel!r}"), self.connection() as connection:
+            connection.execute(self.sql.notify, self.wake_params(channel))
+
+    def _listen(self, channel: str) -> WakeReceiver:
+        return self.subscribe(channel)
+
+    def _stream(self, name: str) -> PostgresStream:
+        return PostgresStream(self, name)
+
+    def _queue(self, name: str, opts: QueueOpts) -> PostgresQueue:
+        return PostgresQueue(self, name, opts)
+
+    def _try_lock(self, name: str, owner: str, ttl_s: float) -> Lock | None:
+        with translate(f"lock {name!r}"), self.connection() as connection:
+            held = acquire(self, connection, name, owner, ttl_s)
+        return PostgresLock(self, name, owner, ttl_s) if held else None
+
+    def _schedule(
+        self,
+        name: str,
+        spec: str,
+        interval_s: int,
+        queue: str,
+        payload_json: str,
+        opts: ScheduleOpts,
+    ) -> Schedule:
+        with translate(f"schedule {name!r}"), self.in_transaction() as connection:
+            existing = connection.execute(self.sql.get_schedule, {"name": stored(name)}).fetchone()
+            if existing is None:
+                now = connection.execute(self.sql.now).fetchone()[0]  # type: ignore[index]
+                anchor, next_fire_at = now, now + interval_s
+            else:
+                old_spec, anchor, next_fire_at, now = existing
+                if old_spec != spec:
+                    elapsed = max(0.0, now - anchor) // interval_s + 1
+                    next_fire_at = anchor + elapsed * interval_s
+            connection.execute(
+                    self.sql.upsert_schedule,
+                    {
+                        "name": stored(name), "spec": spec, "interval": interval_s,
+                        "queue": stored(queue), "payload": payload_json,
+                        "priority": opts.priority, "max_attempts": opts.max_attempts,
+                        "expires": opts.expires, "anchor": anchor, "next": next_fire_at,
+                    },
+                )  # fmt: skip
+            connection.execute(self.sql.notify, self.wake_params(SCHEDULES_KEY))
+        return Schedule(name, spec, queue, decode(payload_json), next_fire_at)
+
+    def _unschedule(self, name: str) -> bool:
+        with translate(f"unschedule {name!r}"), self.connection() as connection:
+            return (
+                connection.execute(self.sql.delete_schedule, {"name": stored(name)}).rowcount == 1
+            )
+
+    def _run_schedules(self, stop: StopSignal, owner: str) -> None:
+        lease = self.settings.scheduler_lease_s
+        with self.subscribe(SCHEDULES_KEY) as changes:
+            run_scheduler(
+                stop,
+                lease_s=lease,
+                try_lead=lambda: self._try_lock(SCHEDULER_LOCK, owner, lease),
+                fire_due=lambda lock: fire_due(self, lock),
+                changes=changes,
+            )
+
+    def _begin_tx(self) -> TxHandle:
+        with translate("begin a transaction"):
+            connection = self.pool.getconn()
+            try:
+                connection.execute("BEGIN")
+            except BaseException:
+                self.pool.putconn(connection)
+                raise
+        return PostgresTx(self, connection, self.pool.putconn)
+
+    def _adopt_tx(self, connection: Any) -> TxHandle:
+        if not isinstance(connection, psycopg.Connection):
+            raise TypeError(f"adopt_tx needs a psycopg.Connection, not {type(connection).__name__}")
+        quoted = '"' + self.settings.schema.replace('"', '""') + '"'
+        with translate("inspect the adopted connection"):
+            found = connection.execute(
+                "SELECT to_regclass(%s) IS NOT NULL", (f"{quoted}.jobs",)
+            ).fetchone()
+            if not found or not found[0]:
+                raise ValueError(
+                    f"adopt_tx: the connection's database has no alkstore schema "
+                    f"{self.settings.schema!r}; is it the store's database?"
+                )
+            if connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                connection.execute("BEGIN")
+        return PostgresTx(self, connection, None)
+
+
+@contextlib.contextmanager
+def _connect_errors(address: str) -> Iterator[None]:
+    try:
+        yield
+    except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise Database(f"cannot connect to PostgreSQL at {address}: {reason}") from exc
