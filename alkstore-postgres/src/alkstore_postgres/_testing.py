@@ -11,7 +11,7 @@ import os
 import tempfile
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 
@@ -26,7 +26,7 @@ __all__ = ["PostgresTestProvider"]
 class PostgresTestProvider(TestProvider):
     """Each target is a new schema on one server; dropped afterwards."""
 
-    option_help: Mapping[str, str] = {"dsn": "the PostgreSQL server to test against"}
+    option_help: ClassVar[Mapping[str, str]] = {"dsn": "the PostgreSQL server to test against"}
     scheduler_lease_s = 0.6
 
     def __init__(self, engine: Engine, options: Mapping[str, str]) -> None:
@@ -83,7 +83,7 @@ class PostgresTestProvider(TestProvider):
     def _sql(self, target: StoreTarget, sql: str, params: tuple[Any, ...] = ()) -> None:
         schema = target.options["schema"]
         with psycopg.connect(self.dsn, autocommit=True) as connection:
-            connection.execute(sql.replace("{schema}", schema), params)  # type: ignore[arg-type]
+            connection.execute(sql.replace("{schema}", schema), params)
 
     def describe(self) -> str:
         major, minor = divmod(self._version, 10_000)

@@ -63,7 +63,7 @@ class PostgresTx(TxHandle):
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with translate("execute"):
-            cursor = self._connection.execute(sql, params)  # type: ignore[arg-type]
+            cursor = self._connection.execute(sql, params)
             return cursor.fetchall() if cursor.description is not None else []
 
     def _commit(self) -> None:

@@ -1,0 +1,62 @@
+"""Fixtures for the PostgreSQL engine's own tests: a real server, a fresh schema each.
+
+The server is ``ALKSTORE_PG_DSN``; without it the tests fail with the reason
+(never skip silently).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+
+import alkstore
+from alkstore_postgres._store import PostgresStore
+
+OpenStore = Callable[..., PostgresStore]
+
+
+@pytest.fixture(scope="session")
+def dsn() -> str:
+    found = os.environ.get("ALKSTORE_PG_DSN")
+    if not found:
+        pytest.fail(
+            "the PostgreSQL engine's tests need a server: set ALKSTORE_PG_DSN "
+            "(e.g. postgresql://postgres@127.0.0.1:5432/postgres)"
+        )
+    try:
+        psycopg.connect(found, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        pytest.fail(f"ALKSTORE_PG_DSN does not answer: {exc}")
+    return found
+
+
+@pytest.fixture
+def schema(dsn: str) -> Iterator[str]:
+    name = f"alkstore_pgtest_{uuid.uuid4().hex[:12]}"
+    yield name
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.fixture
+def open_store(dsn: str, schema: str) -> Iterator[OpenStore]:
+    opened: list[PostgresStore] = []
+
+    def opener(**options: object) -> PostgresStore:
+        store = alkstore.open(dsn, schema=schema, **options)
+        assert isinstance(store, PostgresStore)
+        opened.append(store)
+        return store
+
+    yield opener
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(open_store: OpenStore) -> PostgresStore:
+    return open_store()

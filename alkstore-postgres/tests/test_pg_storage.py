@@ -1,0 +1,141 @@
+"""Schema, options, commit-ordered streams, channel mapping and adopt_tx on a real server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+import alkstore
+from alkstore import Wake
+from alkstore_postgres._store import PostgresStore
+
+OpenStore = Callable[..., PostgresStore]
+
+
+def test_ten_processes_opening_a_fresh_schema_at_once_all_succeed(dsn: str, schema: str) -> None:
+    start_at = time.time() + 1.0
+    code = (
+        "import sys, time, alkstore; time.sleep(max(0, float(sys.argv[3]) - time.time())); "
+        "s = alkstore.open(sys.argv[1], schema=sys.argv[2]); s.queue('q').enqueue(1); s.close()"
+    )
+    children = [
+        subprocess.Popen([sys.executable, "-c", code, dsn, schema, str(start_at)])
+        for _ in range(10)
+    ]
+    assert [child.wait(60) for child in children] == [0] * 10
+    store = alkstore.open(dsn, schema=schema)
+    try:
+        assert len(store.queue("q").claim_batch("w", 20)) == 10
+    finally:
+        store.close()
+
+
+def test_schemas_isolate_stores_and_the_schema_may_come_from_the_dsn(dsn: str, schema: str) -> None:
+    separator = "&" if "?" in dsn else "?"
+    one = alkstore.open(f"{dsn}{separator}schema={schema}")
+    other = alkstore.open(dsn, schema=schema + "_other")
+    try:
+        one.queue("q").enqueue("mine")
+        with other.listen("c") as wakes:
+            one.notify("c", 1)
+            assert wakes.recv(0.3) is None  # channels are per schema too
+        assert other.queue("q").claim_one("w") is None
+    finally:
+        one.close()
+        other.close()
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(f'DROP SCHEMA IF EXISTS "{schema}_other" CASCADE')
+
+
+@pytest.mark.parametrize(
+    ("options", "error"),
+    [({"schema": ""}, ValueError), ({"pool_max_size": 0}, ValueError), ({"colour": 1}, TypeError)],
+)
+def test_bad_options_are_refused_by_name(
+    dsn: str, options: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error, match=next(iter(options))):
+        alkstore.open(dsn, **options)
+
+
+def test_streams_stay_commit_ordered_when_an_earlier_publisher_commits_last(
+    open_store: OpenStore,
+) -> None:
+    slow, fast, reader = open_store(), open_store(), open_store()
+    stream = reader.stream("orders")
+    stream.publish("before")
+    tx = slow.begin_tx()
+    slow_offset = tx.publish_tx("orders", "slow")  # uncommitted: holds the stream head
+    fast_offsets: list[int] = []
+    publisher = threading.Thread(
+        target=lambda: fast_offsets.append(fast.stream("orders").publish("fast"))
+    )
+    publisher.start()
+    time.sleep(0.3)
+    seen = stream.read_since(0)
+    assert [e.payload for e in seen] == ["before"]
+    assert reader.stream("orders").save_offset("projection", seen[-1].offset)
+    tx.commit()
+    publisher.join(10)
+    assert len(fast_offsets) == 1
+    assert fast_offsets[0] > slow_offset
+    saved = stream.get_offset("projection")
+    newer = stream.read_since(saved)
+    assert [e.payload for e in newer] == ["slow", "fast"]
+    assert all(e.offset > saved for e in newer)
+
+
+@pytest.mark.parametrize(
+    "channel", ["a" * 1000, "quote\"d 'both'", "with space", "ü ✓ 名前", "x\x00y"]
+)
+def test_any_channel_name_maps_to_a_listen_channel(store: PostgresStore, channel: str) -> None:
+    with store.listen(channel) as wakes:
+        store.notify(channel, None)
+        assert wakes.recv(5) == Wake(channel)
+        store.notify(channel + "!", None)
+        assert wakes.recv(0.3) is None
+
+
+def test_adopt_tx_writes_through_the_callers_connection_in_its_transaction(
+    dsn: str, store: PostgresStore
+) -> None:
+    schema = store.settings.schema
+    with psycopg.connect(dsn) as connection:  # not autocommit: psycopg opens a transaction
+        connection.execute(f'CREATE TABLE "{schema}".orders (id int)')
+        connection.commit()
+        connection.execute(f'INSERT INTO "{schema}".orders VALUES (1)')
+        job_id = store.adopt_tx(connection).enqueue_tx("emails", None, {"order": 1})
+        assert store.queue("emails").get_job(job_id) is None
+        connection.rollback()
+        assert store.queue("emails").get_job(job_id) is None
+        connection.execute(f'INSERT INTO "{schema}".orders VALUES (2)')
+        job_id = store.adopt_tx(connection).enqueue_tx("emails", None, {"order": 2})
+        connection.commit()
+    info = store.queue("emails").get_job(job_id)
+    assert info is not None
+    assert info.payload == {"order": 2}
+
+
+def test_adopt_tx_refuses_what_is_not_the_stores_database(store: PostgresStore, dsn: str) -> None:
+    with pytest.raises(TypeError, match=r"psycopg\.Connection"):
+        store.adopt_tx(object())
+    other_database = f"alkstore_adopt_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{other_database}"')
+    try:
+        other_dsn = psycopg.conninfo.make_conninfo(dsn, dbname=other_database)
+        with (
+            psycopg.connect(other_dsn) as connection,
+            pytest.raises(ValueError, match="no alkstore schema"),
+        ):
+            store.adopt_tx(connection)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{other_database}"')
