@@ -15,23 +15,23 @@ import pytest
 
 import alkstore
 from alkstore_postgres._store import PostgresStore
+from alkstore_postgres._throwaway import ThrowawayServer, throwaway_cluster
 
 OpenStore = Callable[..., PostgresStore]
 
 
 @pytest.fixture(scope="session")
-def dsn() -> str:
+def dsn() -> Iterator[str]:
     found = os.environ.get("ALKSTORE_PG_DSN")
     if not found:
-        pytest.fail(
-            "the PostgreSQL engine's tests need a server: set ALKSTORE_PG_DSN "
-            "(e.g. postgresql://postgres@127.0.0.1:5432/postgres)"
-        )
+        with throwaway_cluster() as server:
+            yield server.dsn
+        return
     try:
         psycopg.connect(found, connect_timeout=5).close()
     except psycopg.Error as exc:
         pytest.fail(f"ALKSTORE_PG_DSN does not answer: {exc}")
-    return found
+    yield found
 
 
 @pytest.fixture
@@ -60,3 +60,10 @@ def open_store(dsn: str, schema: str) -> Iterator[OpenStore]:
 @pytest.fixture
 def store(open_store: OpenStore) -> PostgresStore:
     return open_store()
+
+
+@pytest.fixture
+def throwaway_server() -> Iterator[ThrowawayServer]:
+    """A server of the test's own, to stop and start."""
+    with throwaway_cluster() as server:
+        yield server

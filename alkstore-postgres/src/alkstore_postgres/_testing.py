@@ -1,14 +1,15 @@
 """The contract suite's test provider: a fresh schema per store.
 
 The server is ``--alkstore-option dsn=...``, else ``ALKSTORE_PG_DSN``, else a
-throwaway server the provider starts with the ``pgserver`` package. No server
-is a failure with the reason, never a silent skip.
+throwaway cluster the provider makes with the machine's PostgreSQL binaries.
+No server is a failure with the reason, never a silent skip.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import tempfile
+import subprocess
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import psycopg
 
 from alkstore.engine import Store, StoreTarget, TestProvider, TxHandle
+from alkstore_postgres._throwaway import throwaway_cluster
 
 if TYPE_CHECKING:
     from alkstore.engine import Engine
@@ -31,7 +33,8 @@ class PostgresTestProvider(TestProvider):
 
     def __init__(self, engine: Engine, options: Mapping[str, str]) -> None:
         super().__init__(engine, options)
-        self._server: Any = None
+        self._resources = contextlib.ExitStack()
+        self._throwaway = False
         dsn = options.get("dsn") or os.environ.get("ALKSTORE_PG_DSN")
         self.dsn = dsn if dsn else self._start_server()
         with psycopg.connect(self.dsn, autocommit=True) as connection:
@@ -39,16 +42,14 @@ class PostgresTestProvider(TestProvider):
 
     def _start_server(self) -> str:
         try:
-            import pgserver  # type: ignore[import-not-found]  # noqa: PLC0415
-        except ImportError as exc:
+            server = self._resources.enter_context(throwaway_cluster())
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
             raise ValueError(
-                "no PostgreSQL server to test against: give --alkstore-option dsn=..., "
-                "set ALKSTORE_PG_DSN, or pip install pgserver for a throwaway server"
+                f"no PostgreSQL server to test against: give --alkstore-option dsn=... or "
+                f"set ALKSTORE_PG_DSN ({exc})"
             ) from exc
-        self._server = pgserver.get_server(
-            tempfile.mkdtemp(prefix="alkstore-pg-"), cleanup_mode="delete"
-        )
-        return str(self._server.get_uri())
+        self._throwaway = True
+        return server.dsn
 
     def create_target(self) -> StoreTarget:
         schema = f"alkstore_test_{uuid.uuid4().hex[:16]}"
@@ -87,9 +88,8 @@ class PostgresTestProvider(TestProvider):
 
     def describe(self) -> str:
         major, minor = divmod(self._version, 10_000)
-        where = "a throwaway pgserver" if self._server is not None else "the given server"
+        where = "a throwaway cluster" if self._throwaway else "the given server"
         return f"PostgreSQL {major}.{minor} ({where})"
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.cleanup()
+        self._resources.close()
