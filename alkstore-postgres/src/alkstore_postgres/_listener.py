@@ -91,6 +91,15 @@ class Listener:
             os.write(self._wake_write, b"!")
 
     def _run(self) -> None:
+        try:
+            self._listen_until_closed()
+        except BaseException:
+            # Anything but a lost connection (handled below) ends the listener:
+            # receivers close rather than wait for wakes that cannot come.
+            self._shut_all()
+            raise
+
+    def _listen_until_closed(self) -> None:
         connection: psycopg.Connection | None = None
         failures = 0
         while not self._stopping:

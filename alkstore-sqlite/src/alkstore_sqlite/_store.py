@@ -49,7 +49,7 @@ class SQLiteStore(Store):
         self.settings = settings
         _prepare_file(path, settings)
         self.pool = ConnectionPool(path, settings)
-        self._watcher = Watcher(path, settings, on_death=self._watcher_died)
+        self._watcher = Watcher(path, settings)
         self._notices = 0
 
     @property
@@ -65,9 +65,6 @@ class SQLiteStore(Store):
     def committed(self) -> None:
         """Tell the watcher this process just committed, so wakes go out now."""
         self._watcher.poke()
-
-    def _watcher_died(self, error: BaseException) -> None:
-        """Receivers are closed by now; later listens raise ``Database`` with the cause."""
 
     # Engine hooks
 

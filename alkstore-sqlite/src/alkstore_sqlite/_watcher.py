@@ -15,7 +15,6 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 
 from alkstore import Closed, Database, Wake
 from alkstore.engine import BufferedWakeReceiver
@@ -37,12 +36,9 @@ _BACKUP_POLL_S = 0.05
 class Watcher:
     """Fans commits out to wake receivers; started by the first subscriber."""
 
-    def __init__(
-        self, path: str, settings: Settings, on_death: Callable[[BaseException], None]
-    ) -> None:
+    def __init__(self, path: str, settings: Settings) -> None:
         self._path = path
         self._settings = settings
-        self._on_death = on_death
         self._receivers: dict[str, set[BufferedWakeReceiver]] = {}
         self._lock = threading.Lock()
         self._waiter: FolderWaiter | None = None
@@ -126,7 +122,6 @@ class Watcher:
                     self.error = exc
             if dying:
                 self._close_receivers()
-                self._on_death(exc)
         finally:
             self._ready.set()
             self._waiter = None
