@@ -15,8 +15,8 @@ from alkstore import RECONNECT_CHANNEL, QueueOpts, Wake
 from alkstore_postgres._store import PostgresStore
 
 
-def terminate_backends(dsn: str, schema_store: PostgresStore, *, listener: bool) -> int:
-    """Kill this store's server backends: its pooled ones, or its listener's."""
+def terminate_backends(dsn: str, *, listener: bool) -> int:
+    """Kill the test's server backends: pooled ones, or the listener's."""
     query = (
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
         "WHERE pid <> pg_backend_pid() AND datname = current_database() "
@@ -31,7 +31,7 @@ def terminate_backends(dsn: str, schema_store: PostgresStore, *, listener: bool)
 def test_a_killed_pooled_connection_costs_at_most_one_error(dsn: str, store: PostgresStore) -> None:
     queue = store.queue("q")
     queue.enqueue(1)
-    assert terminate_backends(dsn, store, listener=False) >= 1
+    assert terminate_backends(dsn, listener=False) >= 1
     errors: list[alkstore.Database] = []
     for n in range(5):
         try:
@@ -47,7 +47,7 @@ def test_a_dropped_listener_reconnects_and_says_so(dsn: str, store: PostgresStor
     peer = alkstore.open(dsn, schema=store.settings.schema)
     try:
         with store.listen("orders") as wakes:
-            assert terminate_backends(dsn, store, listener=True) >= 1
+            assert terminate_backends(dsn, listener=True) >= 1
             assert wakes.recv(15) == Wake(RECONNECT_CHANNEL)
             assert store.listener_reconnects == 1
             peer.notify("orders", 1)

@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import psycopg
 
-from alkstore import RECONNECT_CHANNEL, Closed, Wake
+from alkstore import RECONNECT_CHANNEL, Closed, Database, Wake
 from alkstore.engine import BufferedWakeReceiver
-from alkstore_postgres._names import channel_identifier, stored, unstored
+from alkstore_postgres._names import channel_identifier, unstored
 
 __all__ = ["Listener"]
 
@@ -43,6 +43,7 @@ class Listener:
         os.set_blocking(self._wake_write, False)
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._dead = False
         self.reconnects = 0
 
     def subscribe(self, key: str) -> BufferedWakeReceiver:
@@ -52,6 +53,8 @@ class Listener:
         with self._lock:
             if self._stopping:
                 raise Closed("the store is closed")
+            if self._dead:
+                raise Database("the store's LISTEN connection thread died; reopen the store")
             self._receivers.setdefault(key, set()).add(receiver)
             needs_listen = identifier not in self._listening
             if self._thread is None:
@@ -96,6 +99,8 @@ class Listener:
         except BaseException:
             # Anything but a lost connection (handled below) ends the listener:
             # receivers close rather than wait for wakes that cannot come.
+            self._dead = True
+            self._answer_commands()
             self._shut_all()
             raise
 
@@ -190,8 +195,3 @@ class Listener:
             self._receivers.clear()
         for receiver in receivers:
             receiver.shut()
-
-
-def wake_payload(key: str) -> str:
-    """What a notify carries: the key itself, so a hash collision never wakes anyone."""
-    return stored(key)
