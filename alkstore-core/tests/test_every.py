@@ -7,7 +7,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import alkstore
-from alkstore.engine import MAX_CATCH_UP, parse_every, plan_fires
+from alkstore.engine import MAX_CATCH_UP, first_boundary_after, parse_every, plan_fires
 
 UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 MAX_INTERVAL_S = 36_500 * 86_400
@@ -172,3 +172,21 @@ def test_past_the_cap_it_fires_64_and_skips_to_the_next_future_boundary() -> Non
 def test_plan_fires_refuses_a_non_positive_interval() -> None:
     with pytest.raises(ValueError, match="interval_s"):
         plan_fires(0.0, 0.0, 10.0)
+
+
+@given(anchor=times, interval=intervals, now=times)
+def test_first_boundary_after_is_the_next_boundary_on_the_anchors_grid(
+    anchor: float, interval: float, now: float
+) -> None:
+    boundary = first_boundary_after(anchor, interval, now)
+    steps = round((boundary - anchor) / interval)
+    assert steps >= 1
+    assert boundary == anchor + steps * interval
+    assert boundary > now
+    assert steps == 1 or anchor + (steps - 1) * interval <= now
+
+
+def test_first_boundary_after_a_change_of_spec() -> None:
+    assert first_boundary_after(1_000.0, 60.0, 1_000.0) == 1_060.0
+    assert first_boundary_after(1_000.0, 60.0, 1_125.0) == 1_180.0
+    assert first_boundary_after(1_000.0, 60.0, 500.0) == 1_060.0  # never before the anchor

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from alkstore import EnqueueOpts, QueueOpts, ScheduleOpts
-from alkstore.engine import OUTBOX_QUEUE_OPTS, stamp_job
+from alkstore.engine import OUTBOX_QUEUE_OPTS, option_seconds, stamp_job
 
 NOT_NUMBERS = ["5", None, True, [1], object()]
 NOT_INTS = [1.0, "1", True, None]
@@ -147,3 +147,18 @@ def test_stamping_refuses_options_of_the_wrong_type() -> None:
 def test_schedule_opts_become_the_enqueue_opts_of_each_fire() -> None:
     opts = ScheduleOpts(priority=2, max_attempts=4, expires=30)
     assert opts.as_enqueue_opts() == EnqueueOpts(priority=2, max_attempts=4, expires=30)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"), [(1, 1.0), (0.5, 0.5), ("2.5", 2.5), ("86400", 86400.0)]
+)
+def test_engine_options_in_seconds_accept_numbers_and_url_text(
+    value: object, seconds: float
+) -> None:
+    assert option_seconds("busy_timeout_s", value) == seconds
+
+
+@pytest.mark.parametrize("value", [0, -1, "soon", "nan", "inf", True, None, 86_401])
+def test_engine_options_in_seconds_refuse_nonsense_by_name(value: object) -> None:
+    with pytest.raises(ValueError, match="busy_timeout_s"):
+        option_seconds("busy_timeout_s", value)

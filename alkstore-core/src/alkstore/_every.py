@@ -17,6 +17,7 @@ __all__ = [
     "MAX_CATCH_UP",
     "MAX_INTERVAL_S",
     "FirePlan",
+    "first_boundary_after",
     "parse_every",
     "plan_fires",
 ]
@@ -93,3 +94,17 @@ def plan_fires(next_fire_at: float, interval_s: float, now: float) -> FirePlan:
         next_fire_at=next_fire_at + elapsed * interval_s,
         skipped=elapsed - fired,
     )
+
+
+def first_boundary_after(anchor: float, interval_s: float, now: float) -> float:
+    """The first boundary ``anchor + k * interval_s`` (k >= 1) later than ``now``.
+
+    Where a schedule whose spec changed resumes: its boundaries stay anchored
+    at its creation time.
+    """
+    if not interval_s > 0:
+        raise ValueError(f"interval_s must be positive, got {interval_s}")
+    steps = max(1, math.floor((now - anchor) / interval_s) + 1)
+    while anchor + steps * interval_s <= now:
+        steps += 1
+    return anchor + steps * interval_s

@@ -47,6 +47,27 @@ def check_duration(value: object, field: str, *, zero_ok: bool) -> float:
     return seconds
 
 
+def option_seconds(name: str, value: object, *, maximum: float = 86_400.0) -> float:
+    """An engine option in seconds: a number, or its text from a URL query string.
+
+    Raises:
+        ValueError: naming ``name``, unless ``0 < value <= maximum``.
+    """
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    seconds = float(value)
+    if not (math.isfinite(seconds) and 0 < seconds <= maximum):
+        raise ValueError(
+            f"{name} must be more than 0 and at most {maximum:g} seconds, got {value!r}"
+        )
+    return seconds
+
+
 def check_int(
     value: object, field: str, *, minimum: int = _INT32_MIN, maximum: int = _INT32_MAX
 ) -> int:

@@ -32,11 +32,11 @@ from alkstore._backoff import MAX_BACKOFF_S, backoff_ceiling, backoff_delay
 from alkstore._capabilities import Capabilities
 from alkstore._codec import decode, encode
 from alkstore._discovery import ENTRY_POINT_GROUP, EngineInfo, engine_name_for, load_engine
-from alkstore._every import MAX_CATCH_UP, FirePlan, parse_every, plan_fires
+from alkstore._every import MAX_CATCH_UP, FirePlan, first_boundary_after, parse_every, plan_fires
 from alkstore._job import Job, describe_error
 from alkstore._lock import Lock
 from alkstore._names import check_identifier, check_name, outbox_queue_name
-from alkstore._options import OUTBOX_QUEUE_OPTS
+from alkstore._options import OUTBOX_QUEUE_OPTS, option_seconds
 from alkstore._queue import Queue
 from alkstore._receivers import BufferedWakeReceiver, WakeReceiver
 from alkstore._runner import run_scheduler
@@ -77,7 +77,9 @@ __all__ = [
     "describe_error",
     "encode",
     "engine_name_for",
+    "first_boundary_after",
     "load_engine",
+    "option_seconds",
     "outbox_queue_name",
     "parse_every",
     "plan_fires",

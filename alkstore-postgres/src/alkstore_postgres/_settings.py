@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from alkstore.engine import option_seconds
 
 __all__ = ["Settings", "parse_target"]
 
@@ -52,7 +53,7 @@ class Settings:
             elif name.startswith("pool_"):
                 values[name] = _count(name, value)
             else:
-                values[name] = _seconds(name, value)
+                values[name] = option_seconds(name, value)
         settings = cls(**values)
         if settings.pool_min_size > settings.pool_max_size:
             raise ValueError("pool_min_size must not exceed pool_max_size")
@@ -65,20 +66,6 @@ def _count(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
         raise ValueError(f"{name} must be an int from 1 to 1000, got {value!r}")
     return value
-
-
-def _seconds(name: str, value: object) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    seconds = float(value)
-    if not (math.isfinite(seconds) and 0 < seconds <= 86_400):
-        raise ValueError(f"{name} must be more than 0 and at most 86400 seconds, got {value!r}")
-    return seconds
 
 
 def parse_target(target: str) -> tuple[str, dict[str, str], str]:

@@ -19,6 +19,7 @@ from alkstore.engine import (
     TxHandle,
     WakeReceiver,
     decode,
+    first_boundary_after,
     run_scheduler,
 )
 from alkstore_postgres._capabilities import CAPABILITIES
@@ -146,8 +147,7 @@ class PostgresStore(Store):
             else:
                 old_spec, anchor, next_fire_at, now = existing
                 if old_spec != spec:
-                    elapsed = max(0.0, now - anchor) // interval_s + 1
-                    next_fire_at = anchor + elapsed * interval_s
+                    next_fire_at = first_boundary_after(anchor, interval_s, now)
             connection.execute(
                     self.sql.upsert_schedule,
                     {

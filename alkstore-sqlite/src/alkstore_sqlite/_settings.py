@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote
+
+from alkstore.engine import option_seconds
 
 __all__ = ["Settings", "parse_target"]
 
@@ -49,22 +50,8 @@ class Settings:
                     raise ValueError(f"durability must be 'normal' or 'full', not {value!r}")
                 values[name] = value
             else:
-                values[name] = _seconds(name, value)
+                values[name] = option_seconds(name, value)
         return cls(**values)
-
-
-def _seconds(name: str, value: object) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a number of seconds, not {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    seconds = float(value)
-    if not (math.isfinite(seconds) and 0 < seconds <= 86_400):
-        raise ValueError(f"{name} must be more than 0 and at most 86400 seconds, got {value!r}")
-    return seconds
 
 
 def parse_target(target: str) -> tuple[str, dict[str, str]]:

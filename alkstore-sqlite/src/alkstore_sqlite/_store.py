@@ -17,6 +17,7 @@ from alkstore.engine import (
     TxHandle,
     WakeReceiver,
     decode,
+    first_boundary_after,
 )
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
@@ -119,7 +120,7 @@ class SQLiteStore(Store):
             if existing is not None:
                 old_spec, _, anchor, next_fire_at = existing
                 if old_spec != spec:
-                    next_fire_at = _first_boundary_after(anchor, interval_s, now)
+                    next_fire_at = first_boundary_after(anchor, interval_s, now)
             connection.execute(
                 _sql.UPSERT_SCHEDULE,
                 (name, spec, interval_s, queue, payload_json, opts.priority, opts.max_attempts,
@@ -185,9 +186,3 @@ def _same_file(one: str, other: str) -> bool:
         return bool(one) and os.path.samefile(one, other)
     except OSError:
         return False
-
-
-def _first_boundary_after(anchor: float, interval_s: int, now: float) -> float:
-    if now < anchor + interval_s:
-        return anchor + interval_s
-    return anchor + ((now - anchor) // interval_s + 1) * interval_s

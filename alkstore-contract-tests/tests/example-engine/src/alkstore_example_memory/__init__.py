@@ -46,6 +46,7 @@ from alkstore.engine import (
     TxHandle,
     WakeReceiver,
     decode,
+    first_boundary_after,
     plan_fires,
     run_scheduler,
     stamp_job,
@@ -469,8 +470,7 @@ class MemoryStore(Store):
             anchor = now if old is None else old["anchor"]
             next_fire_at = now + interval_s if old is None else old["next_fire_at"]
             if old is not None and old["spec"] != spec:
-                elapsed = max(0.0, now - anchor) // interval_s + 1
-                next_fire_at = anchor + elapsed * interval_s
+                next_fire_at = first_boundary_after(anchor, interval_s, now)
             self.db.schedules[name] = {
                 "spec": spec, "interval_s": interval_s, "queue": queue, "payload": payload_json,
                 "opts": opts, "anchor": anchor, "next_fire_at": next_fire_at,
