@@ -43,6 +43,7 @@ class Listener:
         os.set_blocking(self._wake_write, False)
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._pipe_closed = False
         self._dead = False
         self.reconnects = 0
 
@@ -77,9 +78,11 @@ class Listener:
         if thread is not None:
             thread.join()
         self._shut_all()
-        for descriptor in (self._wake_read, self._wake_write):
-            with contextlib.suppress(OSError):
-                os.close(descriptor)
+        with self._lock:
+            self._pipe_closed = True
+            for descriptor in (self._wake_read, self._wake_write):
+                with contextlib.suppress(OSError):
+                    os.close(descriptor)
 
     def _unsubscribe(self, receiver: BufferedWakeReceiver) -> None:
         with self._lock:
@@ -90,8 +93,11 @@ class Listener:
                     del self._receivers[receiver.channel]
 
     def _poke(self) -> None:
-        with contextlib.suppress(OSError):
-            os.write(self._wake_write, b"!")
+        with self._lock:
+            if self._pipe_closed:  # the number may belong to another file by now
+                return
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake_write, b"!")
 
     def _run(self) -> None:
         try:

@@ -15,6 +15,7 @@ import ctypes.util
 import os
 import select
 import sys
+import threading
 
 __all__ = ["FolderWaiter"]
 
@@ -34,6 +35,10 @@ class FolderWaiter:
         os.set_blocking(self._poke_read, False)
         os.set_blocking(self._poke_write, False)
         self._inotify = _inotify_on(folder)
+        # Any thread may poke while the owner closes: a closed descriptor's
+        # number can be reused by another file, so never write after close.
+        self._lock = threading.Lock()
+        self._closed = False
 
     @property
     def notified_by_the_kernel(self) -> bool:
@@ -47,14 +52,19 @@ class FolderWaiter:
             _drain(source)
 
     def poke(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # a poke is already pending
-            os.write(self._poke_write, b"!")
+        with self._lock:
+            if self._closed:
+                return
+            with contextlib.suppress(BlockingIOError):  # a poke is already pending
+                os.write(self._poke_write, b"!")
 
     def close(self) -> None:
-        for descriptor in (self._poke_read, self._poke_write, self._inotify):
-            if descriptor is not None:
-                with contextlib.suppress(OSError):
-                    os.close(descriptor)
+        with self._lock:
+            self._closed = True
+            for descriptor in (self._poke_read, self._poke_write, self._inotify):
+                if descriptor is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(descriptor)
 
 
 def _inotify_on(folder: str) -> int | None:
