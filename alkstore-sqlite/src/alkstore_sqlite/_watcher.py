@@ -77,10 +77,6 @@ class Watcher:
             thread.join()
         self._close_receivers()
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def _start(self) -> None:
         with self._lock:
             self._check_alive()
