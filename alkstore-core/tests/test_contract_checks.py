@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import pytest
 
@@ -81,6 +81,9 @@ class RecordingStore(Store):
 
     def _begin_tx(self) -> RecordingTx:
         return RecordingTx(self)
+
+    def _inspect(self) -> NoReturn:
+        raise NotImplementedError
 
     def _adopt_tx(self, connection: Any) -> RecordingTx:
         return RecordingTx(self)
@@ -154,6 +157,10 @@ class RecordingQueue(Queue):
 
     def _fail_job(self, job: Job, error: str) -> bool:
         self._store.calls.append(("fail", job.id, error))
+        return True
+
+    def _release_job(self, job: Job) -> bool:
+        self._store.calls.append(("release_job", job.id))
         return True
 
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:

@@ -25,6 +25,7 @@ class Job(HasPayload):
     __slots__ = (
         "_backoff_base_s",
         "_queue",
+        "_released",
         "attempts",
         "deadline",
         "id",
@@ -53,6 +54,7 @@ class Job(HasPayload):
         """Engines build Jobs when claiming; ``backoff_base_s`` is the row's stamp."""
         self._queue = queue
         self._backoff_base_s = backoff_base_s
+        self._released = False
         self.id = id
         self.queue = queue.name
         self.payload = payload
@@ -68,7 +70,7 @@ class Job(HasPayload):
     def ack(self) -> bool:
         """Finish the job: delete its row. False if the claim was lost."""
         self._queue._store._check_open()
-        return self._queue._ack_job(self)
+        return not self._released and self._queue._ack_job(self)
 
     def retry(self, error: str | BaseException, delay_s: float | None = None) -> bool:
         """Release the job for another attempt after ``delay_s`` seconds.
@@ -82,12 +84,12 @@ class Job(HasPayload):
             delay = backoff_delay(self._backoff_base_s, max(self.attempts, 1))
         else:
             delay = check_duration(delay_s, "delay_s", zero_ok=True)
-        return self._queue._retry_job(self, describe_error(error), delay)
+        return not self._released and self._queue._retry_job(self, describe_error(error), delay)
 
     def fail(self, error: str | BaseException) -> bool:
         """Move the job to dead letters now, recording ``error``. False if the claim was lost."""
         self._queue._store._check_open()
-        return self._queue._fail_job(self, describe_error(error))
+        return not self._released and self._queue._fail_job(self, describe_error(error))
 
     def heartbeat(self, extend_s: float) -> bool:
         """Move the deadline to ``now + extend_s`` (absolute, not added to the old one).
@@ -96,7 +98,21 @@ class Job(HasPayload):
         """
         self._queue._store._check_open()
         seconds = check_duration(extend_s, "extend_s", zero_ok=False)
-        return self._queue._heartbeat_job(self, seconds)
+        return not self._released and self._queue._heartbeat_job(self, seconds)
+
+    def release(self) -> bool:
+        """Give the job back unfinished, for any worker to claim at once.
+
+        Unlike ``retry``, this is not a failure: the attempt this claim used is
+        given back and no error is recorded, so a job on its last attempt is
+        not dead-lettered. Use it when shutting down mid-job. Afterwards every
+        settling call on this handle returns False. False if the claim was lost.
+        """
+        self._queue._store._check_open()
+        if self._released:
+            return False
+        self._released = self._queue._release_job(self)
+        return self._released
 
     def __repr__(self) -> str:
         return (

@@ -145,6 +145,11 @@ class Queue(abc.ABC):
         """Dead-letter the job now, recording ``error``, if ``job``'s claim still holds."""
 
     @abc.abstractmethod
+    def _release_job(self, job: Job) -> bool:
+        """Return the job to pending, ready at its old ``run_at``, with the attempt
+        this claim used given back, if ``job``'s claim still holds."""
+
+    @abc.abstractmethod
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
         """Set the deadline to ``now + extend_s`` if the claim holds and has not
         lapsed; on success also update ``job.deadline``."""

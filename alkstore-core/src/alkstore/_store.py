@@ -16,6 +16,7 @@ from alkstore._capabilities import Capabilities
 from alkstore._codec import encode
 from alkstore._errors import Closed, PayloadTooLarge
 from alkstore._every import parse_every
+from alkstore._inspect import Inspector
 from alkstore._lock import Lock
 from alkstore._names import check_identifier, check_name, outbox_queue_name
 from alkstore._options import OUTBOX_QUEUE_OPTS, QueueOpts, ScheduleOpts, check_duration
@@ -224,6 +225,13 @@ class Store(abc.ABC):
         self._check_open()
         return self._adopt_tx(connection)
 
+    # Inspection
+
+    def inspect(self) -> Inspector:
+        """Return a read-only view of queues, jobs, streams, locks and schedules."""
+        self._check_open()
+        return self._inspect()
+
     # Helpers for engines and mechanism handles
 
     def _check_open(self) -> None:
@@ -292,6 +300,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def _begin_tx(self) -> TxHandle:
         """Start a transaction on a connection of the engine's."""
+
+    @abc.abstractmethod
+    def _inspect(self) -> Inspector:
+        """Return the engine's Inspector."""
 
     @abc.abstractmethod
     def _adopt_tx(self, connection: Any) -> TxHandle:

@@ -33,6 +33,7 @@ from alkstore._capabilities import Capabilities
 from alkstore._codec import decode, encode
 from alkstore._discovery import ENTRY_POINT_GROUP, EngineInfo, engine_name_for, load_engine
 from alkstore._every import MAX_CATCH_UP, FirePlan, first_boundary_after, parse_every, plan_fires
+from alkstore._inspect import Inspector
 from alkstore._job import Job, describe_error
 from alkstore._lock import Lock
 from alkstore._names import check_identifier, check_name, outbox_queue_name
@@ -56,6 +57,7 @@ __all__ = [
     "EngineInfo",
     "EventReceiver",
     "FirePlan",
+    "Inspector",
     "Job",
     "JobStamp",
     "Lock",

@@ -14,7 +14,7 @@ from alkstore_postgres._names import stored, unstored
 if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["QUEUE_KEY", "PostgresQueue", "insert_job"]
+__all__ = ["QUEUE_KEY", "PostgresQueue", "insert_job", "job_info"]
 
 QUEUE_KEY = "__alkstore_queue:"
 
@@ -92,9 +92,9 @@ class PostgresQueue(Queue):
         with translate(f"get job {job_id}"), self._store.connection() as connection:
             live = connection.execute(self._store.sql.get_live, params).fetchone()
             if live is not None:
-                return _info(live, dead=False)
+                return job_info(live, dead=False)
             dead = connection.execute(self._store.sql.get_dead, params).fetchone()
-        return None if dead is None else _info(dead, dead=True)
+        return None if dead is None else job_info(dead, dead=True)
 
     def _sweep_expired(self) -> int:
         sql, params = self._store.sql, {"queue": self._key}
@@ -141,6 +141,11 @@ class PostgresQueue(Queue):
         with translate(f"fail job {job.id}"), self._store.connection() as connection:
             return connection.execute(self._store.sql.to_dead_if_held, params).rowcount == 1
 
+    def _release_job(self, job: Job) -> bool:
+        params = self._holds(job, **self._store.wake_params(QUEUE_KEY + self.name))
+        with translate(f"release job {job.id}"), self._store.connection() as connection:
+            return connection.execute(self._store.sql.release, params).rowcount == 1
+
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
         params = self._holds(job, extend=extend_s)
         with translate(f"heartbeat job {job.id}"), self._store.connection() as connection:
@@ -151,7 +156,8 @@ class PostgresQueue(Queue):
         return True
 
 
-def _info(row: tuple[Any, ...], *, dead: bool) -> JobInfo:
+def job_info(row: tuple[Any, ...], *, dead: bool) -> JobInfo:
+    """A job from a row of ``get_live`` (``dead=False``) or ``get_dead`` (``dead=True``)."""
     job_id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts = row[
         :9
     ]

@@ -96,6 +96,11 @@ _MOVED = (
     "retention_s, worker_id"
 )
 HOLDS = "id = %(id)s AND attempts = %(attempts)s AND worker_id = %(worker)s AND deadline >= {now}"
+READY = "deadline IS NULL AND run_at <= {now} AND (expires_at IS NULL OR expires_at > {now})"
+_LISTED = (
+    "id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts, "
+    "worker_id"
+)
 
 
 class Statements:
@@ -146,6 +151,12 @@ class Statements:
             "UPDATE {s}.jobs SET deadline = NULL, run_at = {now} + %(delay)s, "
             "last_error = %(error)s WHERE " + HOLDS + " AND attempts < max_attempts "
             "RETURNING pg_notify(%(channel)s, %(key)s)"
+        )
+        # A release gives the claim's attempt back: pending as if never claimed.
+        self.release = render(
+            "UPDATE {s}.jobs SET deadline = NULL, attempts = attempts - 1 WHERE "
+            + HOLDS
+            + " RETURNING pg_notify(%(channel)s, %(key)s)"
         )
         self.to_dead_if_held = render(
             f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE {HOLDS} RETURNING {_MOVED}) "
@@ -250,6 +261,47 @@ class Statements:
         self.advance_schedule = render(
             "UPDATE {s}.schedules SET next_fire_at = %(to)s "
             "WHERE name = %(name)s AND next_fire_at = %(from)s"
+        )
+
+        # Inspection: each listing is one plain SELECT (one snapshot, no row locks).
+        self.queue_stats = render(
+            "SELECT queue, sum(ready)::bigint, sum(scheduled)::bigint, sum(expired)::bigint, "
+            "sum(processing)::bigint, sum(dead)::bigint, {now} - min(oldest_ready) FROM ("
+            f"SELECT queue, count(*) FILTER (WHERE {READY}) AS ready, "
+            "count(*) FILTER (WHERE deadline IS NULL AND run_at > {now} "
+            "AND (expires_at IS NULL OR expires_at > {now})) AS scheduled, "
+            "count(*) FILTER (WHERE deadline IS NULL AND expires_at <= {now}) AS expired, "
+            "count(*) FILTER (WHERE deadline IS NOT NULL) AS processing, 0 AS dead, "
+            f"min(run_at) FILTER (WHERE {READY}) AS oldest_ready "
+            "FROM {s}.jobs GROUP BY queue "
+            "UNION ALL SELECT queue, 0, 0, 0, 0, count(*), NULL FROM {s}.dead GROUP BY queue"
+            ") AS counts GROUP BY queue"
+        )
+        # Live and dead rows in one shape: ..., deadline, last_error, died_at.
+        live = f"SELECT {_LISTED}, deadline, last_error, NULL::float8 AS died_at FROM {{s}}.jobs"
+        pending = f"{live} WHERE queue = %(queue)s AND deadline IS NULL"
+        claimed = f"{live} WHERE queue = %(queue)s AND deadline IS NOT NULL"
+        dead = f"SELECT {_LISTED}, NULL, last_error, died_at FROM {{s}}.dead"
+        dead += " WHERE queue = %(queue)s"
+        order = " ORDER BY id LIMIT %(limit)s"
+        self.list_jobs: dict[str | None, str] = {
+            "pending": render(pending + order),
+            "processing": render(claimed + order),
+            "dead": render(dead + order),
+            None: render(f"{pending} UNION ALL {claimed} UNION ALL {dead}{order}"),
+        }
+        # Offsets are contiguous per stream (each publish takes head + 1 under the
+        # head row's lock, and a rollback returns it), so the lag is a subtraction.
+        self.stream_stats = render(
+            'SELECT COALESCE(h.stream, o.stream), COALESCE(h.head, 0), o.consumer, o."offset", '
+            'GREATEST(COALESCE(h.head, 0) - o."offset", 0) '
+            "FROM {s}.stream_heads AS h FULL JOIN {s}.offsets AS o ON o.stream = h.stream"
+        )
+        self.held_locks = render(
+            "SELECT name, owner, expires_at FROM {s}.locks WHERE expires_at > {now}"
+        )
+        self.list_schedules = render(
+            "SELECT name, spec, queue, payload, next_fire_at FROM {s}.schedules"
         )
 
 

@@ -24,6 +24,7 @@ from alkstore.engine import (
 )
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._errors import translate
+from alkstore_postgres._inspect import PostgresInspector
 from alkstore_postgres._listener import Listener
 from alkstore_postgres._lock import PostgresLock, acquire
 from alkstore_postgres._names import channel_identifier, stored
@@ -176,6 +177,9 @@ class PostgresStore(Store):
                 fire_due=lambda lock: fire_due(self, lock),
                 changes=changes,
             )
+
+    def _inspect(self) -> PostgresInspector:
+        return PostgresInspector(self)
 
     def _begin_tx(self) -> TxHandle:
         with translate("begin a transaction"):

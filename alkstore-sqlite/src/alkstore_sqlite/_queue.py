@@ -16,7 +16,7 @@ from alkstore_sqlite._watcher import QUEUE_KEY
 if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
 
-__all__ = ["SQLiteQueue", "insert_job"]
+__all__ = ["SQLiteQueue", "dead_info", "insert_job", "live_info"]
 
 
 def insert_job(
@@ -99,9 +99,9 @@ class SQLiteQueue(Queue):
         with translate(f"get job {job_id}"), self._pool.connection() as connection:
             live = connection.execute(_sql.GET_LIVE, (job_id, self.name)).fetchone()
             if live is not None:
-                return _live_info(live)
+                return live_info(live)
             dead = connection.execute(_sql.GET_DEAD, (job_id, self.name)).fetchone()
-        return None if dead is None else _dead_info(dead)
+        return None if dead is None else dead_info(dead)
 
     def _sweep_expired(self) -> int:
         now = time.time()
@@ -156,6 +156,18 @@ class SQLiteQueue(Queue):
             connection.execute("COMMIT")
         return failed
 
+    def _release_job(self, job: Job) -> bool:
+        now = time.time()
+        with translate(f"release job {job.id}"), self._pool.connection() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            released = connection.execute(_sql.RELEASE, self._holds(job, now)).rowcount == 1
+            if released:
+                connection.execute(_sql.NOTIFY, (QUEUE_KEY + self.name, "null", now))
+            connection.execute("COMMIT")
+        if released:
+            self._store.committed()
+        return released
+
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
         now = time.time()
         with translate(f"heartbeat job {job.id}"), self._pool.connection() as connection:
@@ -177,7 +189,8 @@ class SQLiteQueue(Queue):
         return (job.id, job.attempts, job.worker_id, now)
 
 
-def _live_info(row: tuple[Any, ...]) -> JobInfo:
+def live_info(row: tuple[Any, ...]) -> JobInfo:
+    """A pending or processing job from a row of ``_sql.JOB_COLUMNS``."""
     (job_id, queue, payload, priority, run_at, created_at, expires_at, attempts,
      max_attempts, worker_id, deadline, last_error) = row  # fmt: skip
     return JobInfo(
@@ -189,7 +202,8 @@ def _live_info(row: tuple[Any, ...]) -> JobInfo:
     )  # fmt: skip
 
 
-def _dead_info(row: tuple[Any, ...]) -> JobInfo:
+def dead_info(row: tuple[Any, ...]) -> JobInfo:
+    """A dead letter from a row of ``_sql.GET_DEAD``."""
     (job_id, queue, payload, priority, run_at, created_at, expires_at, attempts,
      max_attempts, worker_id, last_error, died_at) = row  # fmt: skip
     return JobInfo(

@@ -75,6 +75,9 @@ WHERE {HOLDS} AND attempts < max_attempts
 
 HEARTBEAT = f"UPDATE __alkstore_jobs SET deadline = ? WHERE {HOLDS}"
 
+# A release gives the claim's attempt back: the job is pending as if never claimed.
+RELEASE = f"UPDATE __alkstore_jobs SET deadline = NULL, attempts = attempts - 1 WHERE {HOLDS}"
+
 TO_DEAD_IF_HELD = f"""
 INSERT INTO __alkstore_dead (id, queue, payload, priority, run_at, created_at, expires_at,
     attempts, max_attempts, retention_s, worker_id, last_error, died_at)
@@ -194,3 +197,70 @@ NEXT_SCHEDULE = "SELECT MIN(next_fire_at) FROM __alkstore_schedules"
 ADVANCE_SCHEDULE = """
 UPDATE __alkstore_schedules SET next_fire_at = ? WHERE name = ? AND next_fire_at = ?
 """
+
+# Inspection: reads only, each one statement (one snapshot), never a write lock.
+
+# Per queue: the pending rows split by the clock (bound as ?1), the claimed
+# rows, and the dead letters; a queue with only dead letters is listed too.
+_READY = "deadline IS NULL AND run_at <= ?1 AND (expires_at IS NULL OR expires_at > ?1)"
+QUEUE_STATS = f"""
+SELECT queue, SUM(ready), SUM(scheduled), SUM(expired), SUM(processing), SUM(dead),
+    ?1 - MIN(oldest_ready)
+FROM (
+    SELECT queue,
+        SUM({_READY}) AS ready,
+        SUM(deadline IS NULL AND run_at > ?1 AND (expires_at IS NULL OR expires_at > ?1))
+            AS scheduled,
+        SUM(deadline IS NULL AND expires_at IS NOT NULL AND expires_at <= ?1) AS expired,
+        SUM(deadline IS NOT NULL) AS processing,
+        0 AS dead,
+        MIN(CASE WHEN {_READY} THEN run_at END) AS oldest_ready
+    FROM __alkstore_jobs GROUP BY queue
+    UNION ALL
+    SELECT queue, 0, 0, 0, 0, COUNT(*), NULL FROM __alkstore_dead GROUP BY queue
+)
+GROUP BY queue
+"""
+
+# Live and dead rows in one shape: JOB_COLUMNS, then died_at (NULL unless dead).
+_LIVE_JOBS = f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs WHERE queue = ?1"
+_DEAD_JOBS = """
+SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
+    worker_id, NULL, last_error, died_at
+FROM __alkstore_dead WHERE queue = ?1
+"""
+_PENDING_JOBS = f"{_LIVE_JOBS} AND deadline IS NULL"
+_CLAIMED_JOBS = f"{_LIVE_JOBS} AND deadline IS NOT NULL"
+LIST_JOBS = {
+    "pending": f"{_PENDING_JOBS} ORDER BY id LIMIT ?2",
+    "processing": f"{_CLAIMED_JOBS} ORDER BY id LIMIT ?2",
+    "dead": f"{_DEAD_JOBS} ORDER BY id LIMIT ?2",
+    # Three indexed parts (the live-row indexes are partial), not one scan.
+    None: f"""
+SELECT * FROM ({_PENDING_JOBS} UNION ALL {_CLAIMED_JOBS} UNION ALL {_DEAD_JOBS})
+ORDER BY id LIMIT ?2
+""",
+}
+
+# Rows of two kinds: (stream, head, NULL, NULL, NULL) for each stream with events, and
+# (stream, NULL, consumer, offset, lag) for each saved offset. The distinct streams are
+# found by skipping through the (stream, id) index, one probe per stream, never a scan
+# of every event. Offsets are rowids shared by all streams, so the lag is a count.
+STREAM_STATS = """
+WITH RECURSIVE streams(name) AS (
+    SELECT MIN(stream) FROM __alkstore_events
+    UNION ALL
+    SELECT (SELECT MIN(stream) FROM __alkstore_events WHERE stream > name)
+    FROM streams WHERE name IS NOT NULL
+)
+SELECT name, (SELECT MAX(id) FROM __alkstore_events WHERE stream = name), NULL, NULL, NULL
+FROM streams WHERE name IS NOT NULL
+UNION ALL
+SELECT stream, NULL, consumer, "offset",
+    (SELECT COUNT(*) FROM __alkstore_events AS e WHERE e.stream = o.stream AND e.id > o."offset")
+FROM __alkstore_offsets AS o
+"""
+
+HELD_LOCKS = "SELECT name, owner, expires_at FROM __alkstore_locks WHERE expires_at > ?"
+
+LIST_SCHEDULES = "SELECT name, spec, queue, payload, next_fire_at FROM __alkstore_schedules"

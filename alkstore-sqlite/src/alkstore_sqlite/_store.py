@@ -21,6 +21,7 @@ from alkstore.engine import (
 )
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
+from alkstore_sqlite._inspect import SQLiteInspector
 from alkstore_sqlite._lock import SQLiteLock, acquire
 from alkstore_sqlite._pool import ConnectionPool, connect
 from alkstore_sqlite._queue import SQLiteQueue
@@ -137,6 +138,9 @@ class SQLiteStore(Store):
 
     def _run_schedules(self, stop: StopSignal, owner: str) -> None:
         run_schedules(self, stop, owner)
+
+    def _inspect(self) -> SQLiteInspector:
+        return SQLiteInspector(self)
 
     def _begin_tx(self) -> TxHandle:
         connection = self.pool.acquire()

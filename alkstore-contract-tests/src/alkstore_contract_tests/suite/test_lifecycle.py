@@ -30,6 +30,8 @@ def test_every_call_after_close_raises_closed(store: alkstore.Store) -> None:
         lambda: stream.read_since(0),
         job.ack,
         lambda: job.retry("x"),
+        job.release,
+        store.inspect,
         lambda: store.schedule("s", "@every 1s", "q", 1),
     ]
     for call in calls:

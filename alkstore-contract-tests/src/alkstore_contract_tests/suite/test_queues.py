@@ -1,4 +1,4 @@
-"""Queues at full depth: order, visibility, fencing, retries, dead letters, expiry."""
+"""Queues at full depth: order, visibility, fencing, retries, release, dead letters, expiry."""
 
 from __future__ import annotations
 
@@ -192,6 +192,81 @@ def test_fail_dead_letters_at_once(store: alkstore.Store) -> None:
     snapshot = info(queue, job_id)
     assert (snapshot.state, snapshot.last_error, snapshot.attempts) == ("dead", "bad input", 1)
     assert queue.claim_one("w") is None
+
+
+def test_release_makes_the_job_claimable_at_once_with_the_attempt_given_back(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=60))
+    job_id = queue.enqueue("work")
+    job = claim(queue, "stopping")
+    assert job.release()
+    again = claim(peer.queue("q"), "other")
+    assert (again.id, again.attempts, again.worker_id) == (job_id, job.attempts, "other")
+
+
+def test_release_keeps_the_ready_time_and_the_last_error(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(max_attempts=5))
+    job_id = queue.enqueue(1)
+    assert claim(queue).retry("flaky", 0)
+    before = info(queue, job_id)
+    assert claim(queue).release()
+    after = info(queue, job_id)
+    assert (after.state, after.deadline, after.attempts) == ("pending", None, before.attempts)
+    assert (after.run_at, after.last_error) == (before.run_at, "flaky")
+
+
+def test_a_job_released_on_its_last_attempt_is_not_dead_lettered(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(max_attempts=1))
+    job_id = queue.enqueue(1)
+    assert claim(queue).release()
+    queue.sweep_expired()
+    assert info(queue, job_id).state == "pending"
+    last = claim(queue)
+    assert (last.id, last.attempts) == (job_id, 1)
+    assert last.ack()
+
+
+def test_release_after_the_claim_lapsed_returns_false_and_gives_nothing_back(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.1))
+    queue.enqueue(1)
+    job = claim(queue)
+    time.sleep(0.2)
+    assert not job.release()
+    assert claim(queue).attempts == 2
+
+
+def test_a_released_handle_settles_nothing_even_once_its_worker_reclaims_the_job(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q", QueueOpts(max_attempts=5))
+    queue.enqueue(1)
+    job = claim(queue, "w")
+    assert job.release()
+    again = claim(queue, "w")  # same id, attempt count and worker as the released handle
+    assert (again.id, again.attempts) == (job.id, job.attempts)
+    assert not job.release()
+    assert not job.heartbeat(10)
+    assert not job.retry("late", 0)
+    assert not job.fail("late")
+    assert not job.ack()
+    assert info(queue, job.id).state == "processing"
+    assert again.ack()
+
+
+def test_release_wakes_a_waiting_worker(store: alkstore.Store, peer: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=60))
+    queue.enqueue(1)
+    job = claim(queue)
+    waiting = peer.queue("q")
+    assert not waiting.wait(0.1), "nothing is ready while the claim holds"
+    threading.Timer(0.1, job.release).start()
+    started = time.monotonic()
+    assert waiting.wait(10)
+    assert time.monotonic() - started < 5
+    assert waiting.claim_one("other") is not None
 
 
 def test_opts_are_stamped_at_enqueue_and_never_rewritten(store: alkstore.Store) -> None:

@@ -21,19 +21,25 @@ from typing import Any, ClassVar
 
 from alkstore import (
     SCHEDULER_LOCK,
+    ConsumerStats,
     EnqueueOpts,
     JobInfo,
+    JobState,
     LeadershipLost,
+    LockInfo,
     QueueOpts,
+    QueueStats,
     Schedule,
     ScheduleOpts,
     StreamEvent,
+    StreamStats,
     Wake,
 )
 from alkstore.engine import (
     BufferedWakeReceiver,
     Capabilities,
     Engine,
+    Inspector,
     Job,
     JobStamp,
     Lock,
@@ -105,6 +111,22 @@ class Database:
         del self.jobs[row.id]
         row.last_error, row.died_at, row.deadline = error, now, None
         self.dead[row.id] = row
+
+
+def job_info(row: Row) -> JobInfo:
+    """What ``get_job`` and the inspector show of a row."""
+    state: JobState = "pending"
+    if row.died_at is not None:
+        state = "dead"
+    elif row.deadline is not None:
+        state = "processing"
+    return JobInfo(
+        id=row.id, queue=row.queue, state=state, payload=decode(row.payload),
+        priority=row.priority, attempts=row.attempts, max_attempts=row.max_attempts,
+        run_at=row.run_at, created_at=row.created_at, expires_at=row.expires_at,
+        worker_id=row.worker_id, deadline=row.deadline, last_error=row.last_error,
+        died_at=row.died_at,
+    )  # fmt: skip
 
 
 _DATABASES: dict[str, Database] = {}
@@ -277,16 +299,7 @@ class MemoryQueue(Queue):
             row = self.db.jobs.get(job_id) or self.db.dead.get(job_id)
             if row is None or row.queue != self.name:
                 return None
-            state = "dead" if row.died_at is not None else "pending"
-            if state == "pending" and row.deadline is not None:
-                state = "processing"
-            return JobInfo(
-                id=row.id, queue=row.queue, state=state,  # type: ignore[arg-type]
-                payload=decode(row.payload), priority=row.priority, attempts=row.attempts,
-                max_attempts=row.max_attempts, run_at=row.run_at, created_at=row.created_at,
-                expires_at=row.expires_at, worker_id=row.worker_id, deadline=row.deadline,
-                last_error=row.last_error, died_at=row.died_at,
-            )  # fmt: skip
+            return job_info(row)
 
     def _sweep_expired(self) -> int:
         now, moved = time.time(), 0
@@ -350,6 +363,16 @@ class MemoryQueue(Queue):
             self.db.to_dead(row, error, now)
             return True
 
+    def _release_job(self, job: Job) -> bool:
+        with self.db.lock:
+            row = self._held(job, time.time())
+            if row is None:
+                return False
+            row.deadline = None
+            row.attempts -= 1  # the claim's attempt is given back
+        self.db.wake({QUEUE_KEY + self.name})
+        return True
+
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
         now = time.time()
         with self.db.lock:
@@ -402,6 +425,95 @@ class MemoryLock(Lock):
                 return False
             del self._store.db.locks[self.name]
             return holder[1] > time.time()
+
+
+class MemoryInspector(Inspector):
+    """Each listing reads the database under its lock: one moment, as a snapshot would."""
+
+    _store: MemoryStore
+
+    @property
+    def db(self) -> Database:
+        return self._store.db
+
+    def _rows(self) -> list[Row]:
+        return [*self.db.jobs.values(), *self.db.dead.values()]
+
+    def _queues(self) -> list[QueueStats]:
+        now = time.time()
+        counts: dict[str, dict[str, int]] = {}
+        ready_since: dict[str, float] = {}
+        with self.db.lock:
+            for row in self._rows():
+                state = _counted_as(row, now)
+                tally = counts.setdefault(row.queue, dict.fromkeys(_COUNTED_AS, 0))
+                tally[state] += 1
+                if state == "ready":
+                    ready_since[row.queue] = min(row.run_at, ready_since.get(row.queue, now))
+        return [
+            QueueStats(
+                name, **counts[name],
+                oldest_ready_age_s=now - ready_since[name] if name in ready_since else None,
+            )
+            for name in sorted(counts)
+        ]  # fmt: skip
+
+    def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
+        with self.db.lock:
+            infos = [job_info(row) for row in self._rows() if row.queue == queue]
+        matching = [info for info in infos if state is None or info.state == state]
+        return sorted(matching, key=lambda info: info.id)[:limit]
+
+    def _streams(self) -> list[StreamStats]:
+        with self.db.lock:
+            events = [(stream, offset) for offset, stream, *_ in self.db.events]
+            offsets = sorted(self.db.offsets.items())
+        names = {stream for stream, _ in events} | {stream for (stream, _), _ in offsets}
+        return [
+            StreamStats(
+                name=name,
+                head=max((offset for stream, offset in events if stream == name), default=0),
+                consumers=tuple(
+                    ConsumerStats(
+                        consumer, saved, sum(1 for s, o in events if s == name and o > saved)
+                    )
+                    for (stream, consumer), saved in offsets
+                    if stream == name
+                ),
+            )
+            for name in sorted(names)
+        ]
+
+    def _locks(self) -> list[LockInfo]:
+        now = time.time()
+        with self.db.lock:
+            held = sorted(self.db.locks.items())
+        return [
+            LockInfo(name, owner, expires_at)
+            for name, (owner, expires_at) in held
+            if not self._store._expired((owner, expires_at), now)
+        ]
+
+    def _schedules(self) -> list[Schedule]:
+        with self.db.lock:
+            return [
+                Schedule(name, s["spec"], s["queue"], decode(s["payload"]), s["next_fire_at"])
+                for name, s in sorted(self.db.schedules.items())
+            ]
+
+
+_COUNTED_AS = ("ready", "scheduled", "expired", "processing", "dead")
+
+
+def _counted_as(row: Row, now: float) -> str:
+    """Which count of ``QueueStats`` a row adds to."""
+    if row.died_at is not None:
+        return "dead"
+    if row.deadline is not None:
+        return "processing"
+    if row.expires_at is not None and row.expires_at <= now:
+        return "expired"
+    return "ready" if row.run_at <= now else "scheduled"
 
 
 class MemoryStore(Store):
@@ -512,6 +624,9 @@ class MemoryStore(Store):
                         tx._enqueue_tx(schedule["queue"], stamp, schedule["payload"])
                 schedule["next_fire_at"] = plan.next_fire_at
             return min((s["next_fire_at"] for s in self.db.schedules.values()), default=None)
+
+    def _inspect(self) -> Inspector:
+        return MemoryInspector(self)
 
     def _begin_tx(self) -> TxHandle:
         return self.tx_class(self)

@@ -45,6 +45,9 @@ class DummyStore(Store):
     def _begin_tx(self) -> NoReturn:
         raise NotImplementedError
 
+    def _inspect(self) -> NoReturn:
+        raise NotImplementedError
+
     def _adopt_tx(self, connection: Any) -> NoReturn:
         raise NotImplementedError
 

@@ -1,0 +1,89 @@
+"""Inspection on SQLite: one read statement per listing, never a write lock.
+
+Each listing is a single statement, so it sees one snapshot of the file; in
+WAL mode a reader neither waits for a writer's open transaction nor holds
+one up. "Now" is this host's clock, as everywhere in the engine.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from alkstore import (
+    ConsumerStats,
+    JobInfo,
+    JobState,
+    LockInfo,
+    QueueStats,
+    Schedule,
+    StreamStats,
+)
+from alkstore.engine import Inspector, decode
+from alkstore_sqlite import _sql
+from alkstore_sqlite._errors import translate
+from alkstore_sqlite._queue import dead_info, live_info
+
+if TYPE_CHECKING:
+    from alkstore_sqlite._store import SQLiteStore
+
+__all__ = ["SQLiteInspector"]
+
+
+class SQLiteInspector(Inspector):
+    """Reads the store's file through its connection pool."""
+
+    _store: SQLiteStore
+
+    def _read(self, action: str, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        with translate(f"inspect {action}"), self._store.pool.connection() as connection:
+            return connection.execute(sql, params).fetchall()
+
+    def _queues(self) -> list[QueueStats]:
+        rows = self._read("queues", _sql.QUEUE_STATS, (time.time(),))
+        return sorted(
+            (QueueStats(name, ready, scheduled, expired, processing, dead, age)
+             for name, ready, scheduled, expired, processing, dead, age in rows),
+            key=lambda stats: stats.name,
+        )  # fmt: skip
+
+    def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
+        rows = self._read(f"jobs of {queue!r}", _sql.LIST_JOBS[state], (queue, limit))
+        return [_info(row) for row in rows]
+
+    def _streams(self) -> list[StreamStats]:
+        heads: dict[str, int] = {}
+        consumers: dict[str, list[ConsumerStats]] = {}
+        for stream, head, consumer, offset, lag in self._read("streams", _sql.STREAM_STATS):
+            if consumer is None:
+                heads[stream] = head
+            else:
+                consumers.setdefault(stream, []).append(ConsumerStats(consumer, offset, lag))
+        return [
+            StreamStats(
+                name,
+                heads.get(name, 0),
+                tuple(sorted(consumers.get(name, ()), key=lambda c: c.name)),
+            )
+            for name in sorted(heads.keys() | consumers.keys())
+        ]
+
+    def _locks(self) -> list[LockInfo]:
+        rows = self._read("locks", _sql.HELD_LOCKS, (time.time(),))
+        return sorted((LockInfo(*row) for row in rows), key=lambda lock: lock.name)
+
+    def _schedules(self) -> list[Schedule]:
+        rows = self._read("schedules", _sql.LIST_SCHEDULES)
+        return sorted(
+            (Schedule(name, spec, queue, decode(payload), next_fire_at)
+             for name, spec, queue, payload, next_fire_at in rows),
+            key=lambda schedule: schedule.name,
+        )  # fmt: skip
+
+
+def _info(row: tuple[Any, ...]) -> JobInfo:
+    """A job from a row of ``_sql.LIST_JOBS``: ``JOB_COLUMNS``, then ``died_at``."""
+    *columns, deadline, last_error, died_at = row
+    if died_at is None:
+        return live_info((*columns, deadline, last_error))
+    return dead_info((*columns, last_error, died_at))
