@@ -18,6 +18,7 @@ Engines are separate distributions found through entry points; see
 from __future__ import annotations
 
 from alkstore._codec import JSONValue
+from alkstore._consumer import Consumer
 from alkstore._discovery import EngineInfo, engines, open
 from alkstore._errors import (
     Closed,
@@ -31,6 +32,7 @@ from alkstore._errors import (
     PayloadTooLarge,
     ReservedName,
 )
+from alkstore._inspect import ConsumerStats, Inspector, LockInfo, QueueStats, StreamStats
 from alkstore._job import Job
 from alkstore._lock import Lock
 from alkstore._names import (
@@ -43,10 +45,13 @@ from alkstore._options import EnqueueOpts, QueueOpts, ScheduleOpts
 from alkstore._outbox import Outbox
 from alkstore._queue import Queue
 from alkstore._receivers import WakeReceiver
+from alkstore._running import RunStats
+from alkstore._signals import stop_on_signals
 from alkstore._store import Store
 from alkstore._stream import EventReceiver, Stream
 from alkstore._tx import TxHandle
 from alkstore._values import JobInfo, JobState, Schedule, StreamEvent, Wake
+from alkstore._worker import Worker
 
 __all__ = [
     "OUTBOX_QUEUE_PREFIX",
@@ -55,12 +60,15 @@ __all__ = [
     "SCHEDULER_LOCK",
     "Closed",
     "Codec",
+    "Consumer",
+    "ConsumerStats",
     "Database",
     "EngineInfo",
     "EngineNotFound",
     "EnqueueOpts",
     "Error",
     "EventReceiver",
+    "Inspector",
     "InvalidName",
     "InvalidSpec",
     "JSONValue",
@@ -69,19 +77,25 @@ __all__ = [
     "JobState",
     "LeadershipLost",
     "Lock",
+    "LockInfo",
     "Outbox",
     "PayloadTooLarge",
     "Queue",
     "QueueOpts",
+    "QueueStats",
     "ReservedName",
+    "RunStats",
     "Schedule",
     "ScheduleOpts",
     "Store",
     "Stream",
     "StreamEvent",
+    "StreamStats",
     "TxHandle",
     "Wake",
     "WakeReceiver",
+    "Worker",
     "engines",
     "open",
+    "stop_on_signals",
 ]

@@ -20,6 +20,8 @@ __all__ = ["BufferedWakeReceiver", "Receiver", "WakeReceiver"]
 T = TypeVar("T")
 R = TypeVar("R", bound="Receiver[Any]")
 
+_EXECUTOR_SLICE_S = 0.25
+
 
 class Receiver(abc.ABC, Generic[T]):
     """Something that hands out items one by one until it closes.
@@ -42,9 +44,20 @@ class Receiver(abc.ABC, Generic[T]):
         """Stop receiving; idempotent. Blocked ``recv`` calls return None."""
 
     async def recv_async(self, timeout: float | None = None) -> T | None:
-        """``recv`` for asyncio code: awaits without blocking the event loop."""
+        """``recv`` for asyncio code: awaits without blocking the event loop.
+
+        This generic version blocks an executor thread in short slices, so a
+        cancelled await frees its thread soon; receivers that can do better
+        (``BufferedWakeReceiver``, ``EventReceiver``) override it.
+        """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.recv, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            chunk = _EXECUTOR_SLICE_S if remaining is None else min(remaining, _EXECUTOR_SLICE_S)
+            item = await loop.run_in_executor(None, self.recv, chunk)
+            if item is not None or self.closed or remaining == chunk:
+                return item
 
     def __iter__(self) -> Iterator[T]:
         """Yield items until the receiver closes."""

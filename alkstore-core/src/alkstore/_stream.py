@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import asyncio
 import time
 from collections import deque
 from typing import TYPE_CHECKING
@@ -145,15 +146,35 @@ class EventReceiver(Receiver[StreamEvent]):
         while not self._buffer:
             if self._wakes.closed:
                 return None
-            events = self.stream.read_since(self._position, 1000)
-            if events:
-                self._buffer.extend(events)
-                self._position = events[-1].offset
+            if self._absorb(self.stream.read_since(self._position, 1000)):
                 break
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None
             self._wakes.recv(remaining)
+        return self._deliver()
+
+    async def recv_async(self, timeout: float | None = None) -> StreamEvent | None:
+        """``recv`` for asyncio code: reads run on a thread, waits on the wake receiver."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._buffer:
+            if self._wakes.closed:
+                return None
+            if self._absorb(await asyncio.to_thread(self.stream.read_since, self._position, 1000)):
+                break
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            await self._wakes.recv_async(remaining)
+        return self._deliver()
+
+    def _absorb(self, events: list[StreamEvent]) -> bool:
+        self._buffer.extend(events)
+        if events:
+            self._position = events[-1].offset
+        return bool(events)
+
+    def _deliver(self) -> StreamEvent:
         event = self._buffer.popleft()
         self.last_delivered = event.offset
         return event

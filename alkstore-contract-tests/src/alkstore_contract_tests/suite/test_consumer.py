@@ -1,0 +1,176 @@
+"""alkstore.Consumer and asyncio receivers over the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import alkstore
+from alkstore import Consumer, StreamEvent, TxHandle
+from alkstore_contract_tests.suite._support import eventually, start_thread
+
+
+@pytest.fixture
+def running() -> Iterator[Callable[[Consumer], threading.Event]]:
+    """Start a consumer on a thread; stop it (and wait for it) after the test."""
+    started: list[tuple[threading.Event, threading.Thread]] = []
+
+    def run(consumer: Consumer) -> threading.Event:
+        stop = threading.Event()
+        started.append((stop, start_thread(lambda: consumer.run(stop))))
+        return stop
+
+    yield run
+    for stop, thread in started:
+        stop.set()
+        thread.join(30)
+        assert not thread.is_alive(), "a consumer did not stop"
+
+
+def test_a_consumer_handles_events_in_order_and_saves_its_offset(
+    store: alkstore.Store, running: Callable[[Consumer], threading.Event]
+) -> None:
+    stream = store.stream("orders")
+    offsets = [stream.publish(n) for n in range(30)]
+    seen: list[int] = []
+    running(Consumer(store, stream, "projector", lambda event: seen.append(event.payload)))
+    eventually(lambda: stream.get_offset("projector") == offsets[-1])
+    assert seen == list(range(30))
+    stream.publish(30)
+    eventually(lambda: seen[-1] == 30)
+
+
+def test_a_consumer_resumes_after_its_saved_offset(
+    store: alkstore.Store, running: Callable[[Consumer], threading.Event]
+) -> None:
+    stream = store.stream("orders")
+    offsets = [stream.publish(n) for n in range(5)]
+    stream.save_offset("projector", offsets[2])
+    seen: list[int] = []
+    running(Consumer(store, "orders", "projector", lambda event: seen.append(event.payload)))
+    eventually(lambda: len(seen) == 2)
+    assert seen == [3, 4]
+
+
+def test_a_failing_event_is_retried_and_never_skipped(
+    store: alkstore.Store, running: Callable[[Consumer], threading.Event]
+) -> None:
+    stream = store.stream("orders")
+    offsets = [stream.publish(n) for n in range(4)]
+    calls: list[int] = []
+
+    def handler(event: StreamEvent) -> None:
+        calls.append(event.payload)
+        if event.payload == 2 and calls.count(2) < 3:
+            raise RuntimeError("flaky")
+
+    consumer = Consumer(store, stream, "projector", handler)
+    running(consumer)
+    eventually(lambda: stream.get_offset("projector") == offsets[-1])
+    assert calls == [0, 1, 2, 2, 2, 3]
+    assert consumer.stats().failed == 2
+
+
+def test_a_transactional_consumer_commits_its_writes_with_its_offset(
+    store: alkstore.Store, running: Callable[[Consumer], threading.Event]
+) -> None:
+    stream = store.stream("orders")
+    offsets = [stream.publish(n) for n in range(3)]
+    failures: list[int] = []
+
+    def handler(event: StreamEvent, tx: TxHandle) -> None:
+        tx.enqueue_tx("shipments", None, event.payload)
+        if event.payload == 2 and not failures:
+            failures.append(2)
+            raise RuntimeError("crash mid-batch")
+
+    running(Consumer(store, stream, "shipper", handler, transactional=True, batch_size=3))
+    eventually(lambda: stream.get_offset("shipper") == offsets[-1])
+    # The failed batch rolled back whole: each event's job exists exactly once.
+    shipments = store.queue("shipments").claim_batch("check", 10)
+    assert sorted(job.payload for job in shipments) == [0, 1, 2]
+
+
+def test_a_transactional_handler_must_be_a_plain_function(store: alkstore.Store) -> None:
+    async def handler(event: StreamEvent) -> None:
+        return None
+
+    with pytest.raises(TypeError, match="transactional"):
+        Consumer(store, "orders", "x", handler, transactional=True)
+
+
+def test_run_async_consumes_with_a_coroutine_handler(store: alkstore.Store) -> None:
+    stream = store.stream("orders")
+    seen: list[int] = []
+
+    async def handler(event: StreamEvent) -> None:
+        await asyncio.sleep(0)
+        seen.append(event.payload)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(Consumer(store, stream, "c", handler).run_async(stop))
+        await asyncio.to_thread(stream.publish, 1)
+        await asyncio.to_thread(stream.publish, 2)
+        while len(seen) < 2:
+            await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert seen == [1, 2]
+    assert stream.get_offset("c") > 0
+
+
+def test_async_for_over_an_event_receiver(store: alkstore.Store) -> None:
+    stream = store.stream("orders")
+    stream.publish("first")
+
+    async def main() -> list[object]:
+        seen: list[object] = []
+        with stream.subscribe("c") as events:
+            async for event in events:
+                seen.append(event.payload)
+                if len(seen) == 1:
+                    await asyncio.to_thread(stream.publish, "second")
+                else:
+                    break
+        return seen
+
+    assert asyncio.run(asyncio.wait_for(main(), 30)) == ["first", "second"]
+
+
+def test_a_cancelled_recv_async_leaves_the_loop_free_to_close(store: alkstore.Store) -> None:
+    async def main() -> None:
+        with store.stream("quiet").subscribe("c") as events, store.listen("quiet") as wakes:
+            waiters = [
+                asyncio.ensure_future(events.recv_async()),
+                asyncio.ensure_future(wakes.recv_async()),
+            ]
+            await asyncio.sleep(0.1)
+            for waiter in waiters:
+                waiter.cancel()
+            await asyncio.gather(*waiters, return_exceptions=True)
+
+    # asyncio.run waits for the default executor: a thread stuck in recv would hang it.
+    done = threading.Event()
+
+    def run() -> None:
+        asyncio.run(main())
+        done.set()
+
+    start_thread(run)
+    assert done.wait(10)
+
+
+def test_await_recv_async_on_a_wake_receiver(store: alkstore.Store, peer: alkstore.Store) -> None:
+    async def main() -> alkstore.Wake | None:
+        with store.listen("orders") as wakes:
+            assert await wakes.recv_async(0.05) is None
+            await asyncio.to_thread(peer.notify, "orders", 1)
+            return await wakes.recv_async(10)
+
+    assert asyncio.run(main()) == alkstore.Wake("orders")

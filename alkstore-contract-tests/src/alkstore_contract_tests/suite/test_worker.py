@@ -1,0 +1,313 @@
+"""alkstore.Worker over the engine: claims, acks, retries, heartbeats, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import alkstore
+from alkstore import EnqueueOpts, Job, JobInfo, QueueOpts, Worker
+from alkstore.engine import StoreTarget
+from alkstore_contract_tests.suite._support import eventually, spawn, start_thread
+
+
+@pytest.fixture
+def running() -> Iterator[Callable[[Worker], threading.Event]]:
+    """Start a worker on a thread; stop it (and wait for it) after the test."""
+    started: list[tuple[threading.Event, threading.Thread]] = []
+
+    def run(worker: Worker) -> threading.Event:
+        stop = threading.Event()
+        started.append((stop, start_thread(lambda: worker.run(stop))))
+        return stop
+
+    yield run
+    for stop, thread in started:
+        stop.set()
+        thread.join(30)
+        assert not thread.is_alive(), "a worker did not stop"
+
+
+def test_a_worker_handles_and_acks_every_job(
+    store: alkstore.Store, running: Callable[[Worker], threading.Event]
+) -> None:
+    seen: list[int] = []
+    worker = Worker(store, "work", lambda job: seen.append(job.payload), concurrency=3)
+    with store.transaction() as tx:
+        job_ids = [tx.enqueue_tx("work", None, n) for n in range(50)]
+    running(worker)
+    eventually(lambda: worker.stats().succeeded == 50)
+    assert sorted(seen) == list(range(50))
+    assert all(store.queue("work").get_job(job_id) is None for job_id in job_ids)
+
+
+def test_a_batch_claiming_worker_handles_every_job_once(
+    store: alkstore.Store, running: Callable[[Worker], threading.Event]
+) -> None:
+    seen: list[int] = []
+    worker = Worker(store, "work", lambda job: seen.append(job.payload), batch_size=16)
+    with store.transaction() as tx:
+        for n in range(100):
+            tx.enqueue_tx("work", None, n)
+    running(worker)
+    eventually(lambda: worker.stats().succeeded == 100)
+    assert sorted(seen) == list(range(100))
+
+
+def test_a_parked_worker_is_woken_by_an_enqueue_not_a_poll(
+    store: alkstore.Store, peer: alkstore.Store, running: Callable[[Worker], threading.Event]
+) -> None:
+    handled = threading.Event()
+    running(Worker(store, "work", lambda job: handled.set(), idle_wait_s=60))
+    time.sleep(0.2)  # let it park
+    peer.queue("work").enqueue("wake up")
+    assert handled.wait(10)
+
+
+def test_a_failing_handler_retries_with_its_error_recorded(
+    store: alkstore.Store, running: Callable[[Worker], threading.Event]
+) -> None:
+    def handler(job: Job) -> None:
+        raise ValueError(f"cannot handle {job.payload}")
+
+    queue = store.queue("work", QueueOpts(max_attempts=3, backoff_base_s=60))
+    job_id = queue.enqueue("x")
+    worker = Worker(store, queue, handler)
+    running(worker)
+    eventually(lambda: worker.stats().failed == 1)
+    info = queue.get_job(job_id)
+    assert info is not None
+    assert (info.state, info.attempts) == ("pending", 1)
+    assert info.last_error == "ValueError: cannot handle x"
+    assert info.run_at > time.time() + 20  # on the backoff curve, not at once
+
+
+def test_a_job_failing_its_last_attempt_is_dead_lettered(
+    store: alkstore.Store, running: Callable[[Worker], threading.Event]
+) -> None:
+    def handler(job: Job) -> None:
+        raise RuntimeError("no")
+
+    queue = store.queue("work", QueueOpts(max_attempts=1))
+    job_id = queue.enqueue("x")
+    running(Worker(store, queue, handler))
+
+    def dead() -> JobInfo | None:
+        info = queue.get_job(job_id)
+        return info if info is not None and info.state == "dead" else None
+
+    assert eventually(dead).last_error == "RuntimeError: no"
+
+
+def test_a_long_job_is_heartbeated_past_its_visibility_timeout(
+    store: alkstore.Store, peer: alkstore.Store, running: Callable[[Worker], threading.Event]
+) -> None:
+    queue = store.queue("work", QueueOpts(visibility_timeout_s=0.3))
+    job_id = queue.enqueue("slow")
+    finished = threading.Event()
+    attempts: list[int] = []
+
+    def handler(job: Job) -> None:
+        attempts.append(job.attempts)
+        time.sleep(1.2)
+        finished.set()
+
+    worker = Worker(store, queue, handler)
+    running(worker)
+    eventually(lambda: attempts)
+    while not finished.is_set():
+        assert peer.queue("work").claim_one("thief") is None
+        time.sleep(0.05)
+    eventually(lambda: worker.stats().succeeded == 1)
+    assert attempts == [1]
+    assert queue.get_job(job_id) is None
+
+
+def test_stopping_releases_a_job_that_outlives_the_grace_period(store: alkstore.Store) -> None:
+    queue = store.queue("work", QueueOpts(max_attempts=1))
+    job_id = queue.enqueue("stuck")
+    started, unblock = threading.Event(), threading.Event()
+
+    def handler(job: Job) -> None:
+        started.set()
+        unblock.wait(30)
+
+    worker = Worker(store, queue, handler, grace_s=0.2)
+    stop = threading.Event()
+    thread = start_thread(lambda: worker.run(stop))
+    assert started.wait(10)
+    stop.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    info = queue.get_job(job_id)
+    assert info is not None
+    # Released, not dead-lettered, although that was its only attempt.
+    assert (info.state, info.attempts) == ("pending", 0)
+    assert worker.stats().released == 1
+    unblock.set()
+
+
+def test_stopping_lets_a_job_finish_within_the_grace_period(store: alkstore.Store) -> None:
+    job_id = store.queue("work").enqueue("brief")
+    started = threading.Event()
+
+    def handler(job: Job) -> None:
+        started.set()
+        time.sleep(0.3)
+
+    worker = Worker(store, "work", handler, grace_s=10)
+    stop = threading.Event()
+    thread = start_thread(lambda: worker.run(stop))
+    assert started.wait(10)
+    stop.set()
+    thread.join(10)
+    assert store.queue("work").get_job(job_id) is None
+    assert (worker.stats().succeeded, worker.stats().released) == (1, 0)
+
+
+def test_stopping_releases_claimed_jobs_not_yet_started(store: alkstore.Store) -> None:
+    queue = store.queue("work")
+    job_ids = [queue.enqueue(n) for n in range(8)]
+    started = threading.Event()
+
+    def handler(job: Job) -> None:
+        started.set()
+        time.sleep(0.3)
+
+    worker = Worker(store, queue, handler, batch_size=8, grace_s=10)
+    stop = threading.Event()
+    thread = start_thread(lambda: worker.run(stop))
+    assert started.wait(10)
+    stop.set()
+    thread.join(10)
+    states = [info.state for job_id in job_ids if (info := queue.get_job(job_id))]
+    assert states == ["pending"] * 7
+    assert worker.stats().released == 7
+
+
+def test_an_outbox_is_delivered_by_a_worker(
+    store: alkstore.Store, running: Callable[[Worker], threading.Event]
+) -> None:
+    delivered: list[object] = []
+    with store.transaction() as tx:
+        tx.outbox_enqueue_tx("webhooks", None, {"order": 1})
+    worker = Worker(store, store.outbox("webhooks"), lambda job: delivered.append(job.payload))
+    running(worker)
+    eventually(lambda: delivered)
+    assert delivered == [{"order": 1}]
+
+
+def test_a_coroutine_handler_runs_under_run(
+    store: alkstore.Store, running: Callable[[Worker], threading.Event]
+) -> None:
+    seen: list[int] = []
+
+    async def handler(job: Job) -> None:
+        await asyncio.sleep(0)
+        seen.append(job.payload)
+
+    store.queue("work").enqueue(7)
+    running(Worker(store, "work", handler))
+    eventually(lambda: seen)
+    assert seen == [7]
+
+
+def test_run_async_handles_jobs_without_blocking_the_loop(store: alkstore.Store) -> None:
+    queue = store.queue("work")
+    for n in range(20):
+        queue.enqueue(n)
+    seen: list[int] = []
+
+    async def handler(job: Job) -> None:
+        await asyncio.sleep(0.01)
+        seen.append(job.payload)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        worker = Worker(store, queue, handler, concurrency=4, idle_wait_s=60)
+        task = asyncio.create_task(worker.run_async(stop))
+        ticks = 0
+        while len(seen) < 20:
+            await asyncio.sleep(0.01)
+            ticks += 1
+        # Parked on an empty queue, the loop still runs freely.
+        before = ticks
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            ticks += 1
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        return ticks - before
+
+    assert asyncio.run(asyncio.wait_for(main(), 60)) == 20
+    assert sorted(seen) == list(range(20))
+
+
+def test_run_async_releases_running_jobs_at_shutdown(store: alkstore.Store) -> None:
+    queue = store.queue("work")
+    job_id = queue.enqueue("stuck")
+
+    async def handler(job: Job) -> None:
+        await asyncio.sleep(60)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        worker = Worker(store, queue, handler, grace_s=0.1)
+        task = asyncio.create_task(worker.run_async(stop))
+        while worker.stats().in_flight == 0:
+            await asyncio.sleep(0.01)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    info = queue.get_job(job_id)
+    assert info is not None
+    assert (info.state, info.attempts) == ("pending", 0)
+
+
+def test_bad_worker_arguments_are_refused(store: alkstore.Store) -> None:
+    with pytest.raises(TypeError, match="handler"):
+        Worker(store, "work", "not callable")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="concurrency"):
+        Worker(store, "work", print, concurrency=0)
+    with pytest.raises(ValueError, match="grace_s"):
+        Worker(store, "work", print, grace_s=-1)
+    with pytest.raises(alkstore.ReservedName):
+        Worker(store, "__alkstore_x", print)
+
+
+@pytest.mark.usefixtures("multi_process")
+def test_a_worker_process_sent_sigterm_mid_job_loses_nothing(
+    target: StoreTarget, store: alkstore.Store
+) -> None:
+    queue = store.queue("work", QueueOpts(max_attempts=1))
+    stuck = queue.enqueue("stuck")
+    waiting = [queue.enqueue(n, EnqueueOpts(priority=-1)) for n in range(3)]
+    child = spawn(
+        target,
+        """
+        import threading
+        def handler(job):
+            print("started", job.payload, flush=True)
+            threading.Event().wait(60)
+        alkstore.Worker(store, "work", handler, batch_size=4, grace_s=0.3).run_forever()
+        print("stopped", flush=True)
+        store.close()
+        """,
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "started stuck"
+    child.send_signal(signal.SIGTERM)
+    out, errors = child.communicate(timeout=30)
+    assert child.returncode == 0, errors
+    assert out.strip() == "stopped"
+    for job_id in [stuck, *waiting]:
+        info = queue.get_job(job_id)
+        assert info is not None
+        assert (info.state, info.deadline, info.attempts) == ("pending", None, 0)
+    assert len(queue.claim_batch("next", 10)) == 4
