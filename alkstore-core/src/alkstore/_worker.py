@@ -30,7 +30,7 @@ from alkstore._options import check_duration, check_int
 from alkstore._outbox import Outbox
 from alkstore._queue import MAX_BATCH, Queue
 from alkstore._running import RunStats, call_to_completion
-from alkstore._signals import stop_on_signals
+from alkstore._signals import SIGNAL_CHECK_S, stop_on_signals
 from alkstore._store import StopSignal, Store, default_owner
 
 __all__ = ["Handler", "Worker"]
@@ -65,8 +65,9 @@ class Worker:
 
     ``queue`` is a queue name, a :class:`Queue` from ``store.queue(...)`` (its
     declared opts apply), or an :class:`Outbox` (its sends are the jobs).
-    ``concurrency`` handlers run at once; ``batch_size`` (default:
-    ``concurrency``) jobs are claimed ahead at most, refilled when half are
+    ``concurrency`` handlers run at once. ``batch_size`` (at least, and by
+    default, ``concurrency``) is how many jobs the worker holds at most:
+    raise it to claim short jobs ahead in batches, refilled when half are
     done. ``grace_s`` is how long running jobs may finish at shutdown.
     ``idle_wait_s`` bounds one idle park on the queue's wakes, a safety net
     only: wakes end a park early, and ``stop`` is seen at once.
@@ -92,7 +93,7 @@ class Worker:
         self.concurrency = check_int(concurrency, "concurrency", minimum=1, maximum=1024)
         self.batch_size = check_int(
             self.concurrency if batch_size is None else batch_size,
-            "batch_size", minimum=1, maximum=MAX_BATCH,
+            "batch_size", minimum=self.concurrency, maximum=MAX_BATCH,
         )  # fmt: skip
         self.worker_id = check_identifier(
             default_owner() if worker_id is None else worker_id, "worker_id"
@@ -183,12 +184,11 @@ class Worker:
         self._started_at = time.monotonic()
 
     def _dispatch(self, stop: StopSignal) -> None:
-        _start_daemon(self._relay_stop, stop, name="alkstore-stop-relay")
         _start_daemon(self._park_on_request, name="alkstore-parker")
         while not stop.is_set():
             with self._changed:
-                while len(self._held) > self._refill_level() and not stop.is_set():
-                    self._changed.wait()
+                while not self._wants_more() and not stop.is_set():
+                    self._changed.wait(SIGNAL_CHECK_S)
             if stop.is_set():
                 return
             jobs = self._claim(self.batch_size - len(self._held))
@@ -200,13 +200,18 @@ class Worker:
                 self._park_until_woken(stop)
 
     def _park_until_woken(self, stop: StopSignal) -> None:
-        """Wait for a queue wake, a finished job or ``stop``, whichever comes first."""
+        """Wait for a queue wake (or the park's timeout) or ``stop``, whichever comes first.
+
+        Every wait here is bounded: in the main thread, a signal handler runs
+        only when the wait returns, and ``stop`` may be a plain Event nothing
+        notifies this condition of.
+        """
         with self._changed:
             self._woken = False
             self._park_requested = True
             self._changed.notify_all()
             while not self._woken and not stop.is_set():
-                self._changed.wait()
+                self._changed.wait(SIGNAL_CHECK_S)
 
     def _park_on_request(self) -> None:
         # Parking blocks in the engine's queue.wait, which nothing else can
@@ -222,13 +227,6 @@ class Worker:
             with self._changed:
                 self._woken = True
                 self._changed.notify_all()
-
-    def _relay_stop(self, stop: StopSignal) -> None:
-        """Turn ``stop`` being set into a notify of the dispatcher's condition."""
-        while self._running and not stop.wait(1.0):
-            pass
-        with self._changed:
-            self._changed.notify_all()
 
     def _serve(self) -> None:
         while True:
@@ -310,9 +308,10 @@ class Worker:
 
     # Claiming, holding, settling
 
-    def _refill_level(self) -> int:
-        """Claim more once the held jobs drop to this many (half the batch)."""
-        return self.batch_size // 2 if self.batch_size > 1 else 0
+    def _wants_more(self) -> bool:
+        """Claim while a handler thread would idle, or once half the batch is done."""
+        held = len(self._held)
+        return held < self.concurrency or held <= self.batch_size // 2
 
     def _claim(self, room: int) -> list[Job] | None:
         """Claim up to ``room`` jobs; None when the store closed."""
