@@ -263,10 +263,10 @@ class Worker:
                         tasks.add(asyncio.ensure_future(self._execute_async(held)))
                     if jobs:
                         continue
-                    waiting: set[asyncio.Future[Any]] = {self._park_async()}
+                    # Nothing ready: only a wake can bring work, not a finishing task.
+                    awaited: set[asyncio.Future[Any]] = {self._park_async(), stopping}
                 else:
-                    waiting = set()
-                awaited = tasks | waiting | {stopping}
+                    awaited = {*tasks, stopping}
                 await asyncio.wait(awaited, return_when=asyncio.FIRST_COMPLETED)
                 tasks.difference_update({task for task in tasks if task.done()})
         finally:
