@@ -214,5 +214,14 @@ def _connect_errors(address: str) -> Iterator[None]:
     try:
         yield
     except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise Database(f"cannot connect to PostgreSQL at {address}: {reason}") from exc
+        raise Database(f"cannot connect to PostgreSQL at {address}: {_reason(exc)}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    """The why of a failed connection, on one line: "Connection refused", not the hint."""
+    lines = str(exc).strip().splitlines()
+    if not lines:
+        return type(exc).__name__
+    # libpq: 'connection to server at "host", port N failed: <reason>'; we name the address.
+    reason = lines[0].rsplit(" failed: ", 1)[-1]
+    return " ".join(reason.split())
