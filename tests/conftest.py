@@ -19,6 +19,19 @@ import pytest
 from alkstore_postgres._throwaway import throwaway_cluster
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_bytecode(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Let the many short-lived subprocesses share compiled bytecode.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set (as on CI machines) each one would
+    compile psycopg and alkstore afresh, a third of a second apiece.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+        patch.setenv("PYTHONPYCACHEPREFIX", str(tmp_path_factory.mktemp("pycache")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:
     found = os.environ.get("ALKSTORE_PG_DSN")

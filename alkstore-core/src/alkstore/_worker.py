@@ -140,8 +140,12 @@ class Worker:
         A second signal cuts the grace period short: running jobs are released
         at once.
         """
-        with stop_on_signals(on_second=self._hurry.set) as stop:
+        with stop_on_signals(on_second=self.hurry) as stop:
             self.run(stop)
+
+    def hurry(self) -> None:
+        """End a shutdown's grace period now: running jobs are released at once."""
+        self._hurry.set()
 
     async def run_async(self, stop: asyncio.Event | None = None) -> None:
         """Work in the running event loop until ``stop`` is set or the task is cancelled.

@@ -1,0 +1,109 @@
+"""What every command shares: exit codes, errors, opening the store, parsing input."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from alkstore._codec import JSONValue
+from alkstore._discovery import open as open_target
+from alkstore._names import OUTBOX_QUEUE_PREFIX
+from alkstore._queue import Queue
+from alkstore._store import Store
+
+__all__ = [
+    "DEFAULT_DSN",
+    "EXIT_ERROR",
+    "EXIT_NOTHING",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CommandError",
+    "UsageError",
+    "command",
+    "json_value",
+    "opened_store",
+    "queue_named",
+    "timestamp",
+]
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOTHING = 0, 1, 2, 3
+
+DEFAULT_DSN = "./alkstore.db"
+
+
+class CommandError(Exception):
+    """A command could not do its job; the message is the one line printed."""
+
+
+class UsageError(CommandError):
+    """The command line asks for something impossible (exit code 2)."""
+
+
+@contextlib.contextmanager
+def opened_store(arguments: argparse.Namespace, *, creates: bool = False) -> Iterator[Store]:
+    """Open the store the command line names; close it after the command.
+
+    Only commands that write (``creates``) may bring the default SQLite file
+    into being: looking at a store must not leave one behind.
+    """
+    dsn = arguments.dsn or os.environ.get("ALKSTORE_DSN") or DEFAULT_DSN
+    if dsn == DEFAULT_DSN and not creates and not Path(dsn).exists():
+        raise CommandError(
+            f"no store at {DEFAULT_DSN}; give --dsn, set ALKSTORE_DSN, or write something first"
+        )
+    with open_target(dsn) as store:
+        yield store
+
+
+def queue_named(store: Store, name: str) -> Queue:
+    """The queue ``name``, an outbox's backing queue (``__alkstore_outbox:…``) included."""
+    if name.startswith(OUTBOX_QUEUE_PREFIX):
+        return store.outbox(name[len(OUTBOX_QUEUE_PREFIX) :])._queue
+    return store.queue(name)
+
+
+def json_value(text: str) -> JSONValue:
+    """argparse type: a JSON document."""
+    try:
+        value: JSONValue = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({exc}): {text!r}") from None
+    return value
+
+
+def timestamp(text: str) -> float:
+    """argparse type: Unix seconds, or an ISO 8601 time with its UTC offset."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"not Unix seconds or an ISO 8601 time: {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the UTC offset, e.g. {text}+00:00")
+    return moment.timestamp()
+
+
+def command(
+    commands: Any, common: argparse.ArgumentParser, name: str, help: str
+) -> Callable[[Callable[[argparse.Namespace], int]], argparse.ArgumentParser]:
+    """Add a subcommand; the decorated function runs it and returns the exit code."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=help, description=help, parents=[common]
+    )
+
+    def bind(run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+        parser.set_defaults(run=run)
+        return parser
+
+    return bind

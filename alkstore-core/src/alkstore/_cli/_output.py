@@ -1,0 +1,135 @@
+"""How the command prints: aligned tables for people, JSON for scripts, live progress."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+__all__ = ["Progress", "ago", "clip", "log_to_stderr", "print_json", "print_table", "when"]
+
+_CLIP = 60
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], empty: str) -> None:
+    """Print ``rows`` under ``headers`` in aligned columns, or ``empty`` when there are none."""
+    if not rows:
+        print(empty)
+        return
+    cells = [list(headers)] + [["" if cell is None else str(cell) for cell in row] for row in rows]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
+    for row in cells:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+def print_json(value: Any) -> None:
+    """Print ``value`` as indented JSON (non-ASCII kept readable)."""
+    print(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def clip(value: Any) -> str:
+    """A payload as one short line of JSON."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= _CLIP else text[: _CLIP - 1] + "…"
+
+
+def ago(seconds: float | None) -> str:
+    """``12.3s``-style age, or ``-`` for none."""
+    return "-" if seconds is None else _span(seconds)
+
+
+def when(timestamp: float | None, now: float) -> str:
+    """A Unix time relative to ``now``: ``in 4.0s``, ``2.5m ago`` or ``-``."""
+    if timestamp is None:
+        return "-"
+    delta = timestamp - now
+    return f"in {_span(delta)}" if delta >= 0 else f"{_span(-delta)} ago"
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("d", 86_400.0), ("h", 3_600.0), ("m", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+class Progress:
+    """Rewrites one status line on a terminal every half second; silent otherwise.
+
+    ``describe`` returns the line's text. Scripts (a pipe, a file) see nothing,
+    so progress never mixes into output they parse.
+    """
+
+    def __init__(self, describe: Callable[[], str], stream: TextIO | None = None) -> None:
+        self._describe = describe
+        self._stream = sys.stderr if stream is None else stream
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Progress:
+        if self._stream.isatty():
+            self._thread = threading.Thread(
+                target=self._show, name="alkstore-progress", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._write(self._describe() + "\n")
+
+    def _show(self) -> None:
+        while not self._done.wait(0.5):
+            self._write(self._describe())
+
+    def _write(self, text: str) -> None:
+        self._stream.write(f"\r\x1b[2K{text}")
+        self._stream.flush()
+
+
+def log_to_stderr(debug: bool) -> None:
+    """Show the library's warnings (a worker's failed jobs, say) as one line each.
+
+    With ``debug`` a warning's traceback follows its line; without, only the
+    exception's type and first line do.
+    """
+    logger = logging.getLogger("alkstore")
+    for handler in [h for h in logger.handlers if isinstance(h, _StderrLines)]:
+        logger.removeHandler(handler)
+    logger.addHandler(_StderrLines(debug))
+
+
+class _StderrLines(logging.Handler):
+    """Writes each record to the current stderr as ``alkstore: message``."""
+
+    def __init__(self, debug: bool) -> None:
+        super().__init__(logging.WARNING)
+        self._debug = debug
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Print the record's line (and, with debug, its traceback)."""
+        try:
+            text = self._line(record)
+        except Exception:
+            self.handleError(record)
+            return
+        # On a terminal, first clear a progress line the record would run into.
+        clear = "\r\x1b[2K" if sys.stderr.isatty() else ""
+        print(clear + text, file=sys.stderr, flush=True)
+
+    def _line(self, record: logging.LogRecord) -> str:
+        line = f"alkstore: {record.getMessage()}"
+        if not record.exc_info or record.exc_info[1] is None:
+            return line
+        if self._debug:
+            return f"{line}\n{logging.Formatter().formatException(record.exc_info).rstrip()}"
+        error = record.exc_info[1]
+        first = " ".join((str(error).strip().splitlines() or [""])[0].split())
+        return f"{line}: {type(error).__name__}" + (f": {first}" if first else "")

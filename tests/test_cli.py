@@ -1,0 +1,658 @@
+"""The ``alkstore`` command on each engine, run as operators and scripts run it.
+
+Every test starts the real command in a subprocess (the console script, else
+``python -m alkstore._cli``) against a fresh store named by the ``dsn``
+fixture, and checks what it prints: tables for people, JSON for scripts, exit
+codes, one-line errors. The Python API sets up state and checks results where
+that is clearer than going through the command.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import pty
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+import alkstore
+from alkstore import EnqueueOpts
+
+T = TypeVar("T")
+
+_SCRIPT = shutil.which(
+    "alkstore", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+)
+ALKSTORE = [_SCRIPT] if _SCRIPT else [sys.executable, "-m", "alkstore._cli"]
+UNREACHABLE = "postgresql://nobody@127.0.0.1:1/x"
+
+HANDLERS = '''
+"""Handlers for the worker tests: each notes the job in its process's file."""
+
+import os
+import time
+
+
+def handle(job):
+    with open(f"handled-{os.getpid()}.txt", "a") as file:
+        file.write(f"{job.id}\\n")
+    time.sleep(job.payload.get("sleep", 0))
+    if job.payload.get("fail"):
+        raise RuntimeError(f"job {job.id} refused")
+'''
+
+
+# Running the command
+
+
+def environment(dsn: str | None = None) -> dict[str, str]:
+    """This process's environment with ``ALKSTORE_DSN`` set to ``dsn``, or unset."""
+    env = {name: value for name, value in os.environ.items() if name != "ALKSTORE_DSN"}
+    if dsn is not None:
+        env["ALKSTORE_DSN"] = dsn
+    return env
+
+
+def run(
+    *arguments: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run the command to completion and capture what it prints."""
+    return subprocess.run(
+        [*ALKSTORE, *arguments], capture_output=True, text=True, timeout=60, check=False,
+        cwd=cwd, env=environment() if env is None else env,
+    )  # fmt: skip
+
+
+def ok(*arguments: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    """Run the command, check it succeeded quietly on stderr, and return its stdout."""
+    result = run(*arguments, cwd=cwd, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return result.stdout
+
+
+def tail(*arguments: str) -> str:
+    """Run ``tail`` to completion: its one status line on stderr, the events on stdout."""
+    result = run("tail", *arguments)
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(
+        r"alkstore: tailing '\w+' after offset \d+ \(Ctrl-C to stop\)\n", result.stderr
+    )
+    return result.stdout
+
+
+def ok_json(*arguments: str) -> Any:
+    """Run the command with ``--json`` and return the parsed output."""
+    return json.loads(ok(*arguments, "--json"))
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], command: str, code: int) -> str:
+    """Check that ``result`` failed with ``code`` and one clear line; return it."""
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"alkstore {command}: "), lines[0]
+    return lines[0]
+
+
+@contextlib.contextmanager
+def started(
+    *arguments: str, cwd: Path | None = None, stderr: int = subprocess.PIPE
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start a long-running command; kill it if the test leaves it running."""
+    process = subprocess.Popen(
+        [*ALKSTORE, *arguments], stdout=subprocess.PIPE, stderr=stderr, cwd=cwd,
+        env=environment(),
+    )  # fmt: skip
+    with process:
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def finish(process: subprocess.Popen[bytes], *, stop: bool = False) -> tuple[str, str]:
+    """Wait for ``process`` (first sending SIGTERM if ``stop``); return its stdout and stderr."""
+    if stop:
+        process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=30)
+    return out.decode(), (err or b"").decode()
+
+
+def read_until(fd: int, text: str, timeout: float = 15.0) -> bytes:
+    """Read ``fd`` until what was read contains ``text``; return all of it."""
+    seen = b""
+    deadline = time.monotonic() + timeout
+    while text.encode() not in seen:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            pytest.fail(f"no {text!r} within {timeout}s: {seen!r}")
+        if select.select([fd], [], [], remaining)[0]:
+            chunk = read_some(fd)
+            if not chunk:
+                pytest.fail(f"the output ended without {text!r}: {seen!r}")
+            seen += chunk
+    return seen
+
+
+def read_some(fd: int) -> bytes:
+    """One read of ``fd``; b"" at its end (a pty whose other side closed says EIO)."""
+    try:
+        return os.read(fd, 65536)
+    except OSError as exc:
+        if exc.errno == errno.EIO:
+            return b""
+        raise
+
+
+def poll(check: Callable[[], T | None], timeout: float = 15.0, what: str = "") -> T:
+    """Call ``check`` until it returns something other than None; fail at the deadline."""
+    deadline = time.monotonic() + timeout
+    while (found := check()) is None:
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what or check}")
+        time.sleep(0.05)
+    return found
+
+
+def table(text: str, headers: Sequence[str]) -> list[dict[str, str]]:
+    """Parse an aligned table printed under exactly ``headers`` into one dict per row."""
+    header, *rows = text.splitlines()
+    assert re.split(r"\s{2,}", header.strip()) == list(headers), header
+    starts, position = [], 0
+    for name in headers:
+        position = header.index(name, position)
+        starts.append(position)
+        position += len(name)
+    ends: list[int | None] = [*starts[1:], None]
+    return [
+        {
+            name: row[start:end].strip()
+            for name, start, end in zip(headers, starts, ends, strict=True)
+        }
+        for row in rows
+    ]
+
+
+def write_handlers(directory: Path) -> None:
+    (directory / "cli_test_handlers.py").write_text(HANDLERS)
+
+
+def handled_ids(directory: Path) -> dict[str, list[int]]:
+    """The job ids each worker process's handler noted, by file name."""
+    return {
+        path.name: [int(line) for line in path.read_text().split()]
+        for path in sorted(directory.glob("handled-*.txt"))
+    }
+
+
+# Looking: engines, queues, jobs, streams, locks, schedules
+
+
+def test_engines_runs_as_a_module_too() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "alkstore._cli", "engines"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = table(result.stdout, ("ENGINE", "SCHEMES", "DISTRIBUTION", "VERSION"))
+    by_name = {row["ENGINE"]: row for row in rows}
+    assert by_name["postgres"]["SCHEMES"] == "postgres, postgresql"
+    assert by_name["sqlite"]["DISTRIBUTION"] == "alkstore-sqlite"
+
+
+def test_queues_and_jobs_count_and_list_every_state(dsn: str) -> None:
+    assert ok("queues", "--dsn", dsn) == "no queues hold jobs\n"
+    with alkstore.open(dsn) as store:
+        work = store.queue("work")
+        for _ in range(3):
+            work.enqueue({"kind": "claimed"}, EnqueueOpts(priority=10))
+        for _ in range(2):
+            work.enqueue({"kind": "doomed"}, EnqueueOpts(priority=5, max_attempts=1))
+        long_payload = {"text": "x" * 100}
+        ready = [work.enqueue(long_payload)] + [work.enqueue({"n": n}) for n in range(4)]
+        for _ in range(4):
+            work.enqueue({"kind": "later"}, EnqueueOpts(delay=600))
+        work.enqueue({"kind": "stale"}, EnqueueOpts(expires=0.05))
+        store.queue("other").enqueue(None)
+        assert {job.payload["kind"] for job in work.claim_batch("inspector", 3)} == {"claimed"}
+        for job in work.claim_batch("inspector", 2):
+            assert job.retry(RuntimeError("disk full"))
+        poll(lambda: store.inspect().queues()[1].expired or None, what="the job to expire")
+
+    headers = ("QUEUE", "READY", "SCHEDULED", "PROCESSING", "DEAD", "EXPIRED", "OLDEST READY")
+    other, counted = table(ok("queues", "--dsn", dsn), headers)  # sorted by name
+    assert other["QUEUE"] == "other"
+    assert counted.pop("QUEUE") == "work"
+    assert re.fullmatch(r"\d+\.\ds", counted.pop("OLDEST READY"))
+    assert counted == {
+        "READY": "5", "SCHEDULED": "4", "PROCESSING": "3", "DEAD": "2", "EXPIRED": "1",
+    }  # fmt: skip
+
+    other_stats, work_stats = ok_json("queues", "--dsn", dsn)
+    assert work_stats.pop("name") == "work"
+    assert 0 <= work_stats.pop("oldest_ready_age_s") < 60
+    assert work_stats == {
+        "ready": 5, "scheduled": 4, "expired": 1, "processing": 3, "dead": 2, "total": 15,
+    }  # fmt: skip
+    assert (other_stats["name"], other_stats["ready"], other_stats["total"]) == ("other", 1, 1)
+
+    job_headers = ("ID", "STATE", "ATTEMPTS", "PRIORITY", "RUN AT", "WORKER", "ERROR", "PAYLOAD")
+    dead = table(ok("jobs", "work", "--state", "dead", "--dsn", dsn), job_headers)
+    assert [(row["STATE"], row["ATTEMPTS"], row["PRIORITY"]) for row in dead] == [
+        ("dead", "1/1", "5")
+    ] * 2
+    assert {row["ERROR"] for row in dead} == {"RuntimeError: disk full"}
+    assert {row["WORKER"] for row in dead} == {"inspector"}
+    assert re.fullmatch(r"\d+\.\ds ago", dead[0]["RUN AT"])
+
+    first_ready = table(
+        ok("jobs", "work", "--state", "pending", "--limit", "1", "--dsn", dsn), job_headers
+    )
+    assert [row["ID"] for row in first_ready] == [str(ready[0])]
+    assert first_ready[0]["PAYLOAD"] == json.dumps(long_payload)[:59] + "…"
+    assert first_ready[0]["WORKER"] == first_ready[0]["ERROR"] == "-"
+
+    processing = ok_json("jobs", "work", "--state", "processing", "--dsn", dsn)
+    assert [(job["state"], job["worker_id"], job["priority"]) for job in processing] == [
+        ("processing", "inspector", 10)
+    ] * 3
+    assert all(job["payload"] == {"kind": "claimed"} and job["deadline"] for job in processing)
+
+    assert ok("jobs", "nosuch", "--dsn", dsn) == "no jobs in 'nosuch'\n"
+
+
+def test_streams_lists_heads_and_consumer_lag(dsn: str) -> None:
+    assert ok("streams", "--dsn", dsn) == "no streams\n"
+    assert ok("publish", "orders", '{"order": 1}', "--dsn", dsn) == "1\n"
+    assert ok_json("publish", "orders", '{"order": 2}', "--key", "k-2", "--dsn", dsn) == {
+        "offset": 2
+    }
+    with alkstore.open(dsn) as store:
+        store.stream("orders").publish({"order": 3})
+        store.stream("orders").save_offset("billing", 1)
+        assert [(e.key, e.payload) for e in store.stream("orders").read_since(0)] == [
+            (None, {"order": 1}), ("k-2", {"order": 2}), (None, {"order": 3}),
+        ]  # fmt: skip
+
+    rows = table(ok("streams", "--dsn", dsn), ("STREAM", "HEAD", "CONSUMER", "OFFSET", "LAG"))
+    assert [list(row.values()) for row in rows] == [
+        ["orders", "3", "-", "-", "-"],
+        ["", "", "billing", "1", "2"],
+    ]
+    assert ok_json("streams", "--dsn", dsn) == [
+        {"name": "orders", "head": 3, "consumers": [{"name": "billing", "offset": 1, "lag": 2}]}
+    ]
+
+
+def test_locks_lists_the_held_ones(dsn: str) -> None:
+    assert ok("locks", "--dsn", dsn) == "no locks held\n"
+    with alkstore.open(dsn) as store:
+        assert store.try_lock("nightly-report", "alice", 60) is not None
+        assert store.try_lock("lapsed", "bob", 0.01) is not None
+        time.sleep(0.02)
+    rows = table(ok("locks", "--dsn", dsn), ("LOCK", "OWNER", "EXPIRES"))
+    assert len(rows) == 1
+    assert (rows[0]["LOCK"], rows[0]["OWNER"]) == ("nightly-report", "alice")
+    assert re.fullmatch(r"in 5\d\.\ds", rows[0]["EXPIRES"])
+    (held,) = ok_json("locks", "--dsn", dsn)
+    assert (held["name"], held["owner"]) == ("nightly-report", "alice")
+    assert 55 < held["expires_at"] - time.time() <= 60
+
+
+# Writing: enqueue, publish, notify, schedule, unschedule, sweep
+
+
+def test_enqueue_prints_the_id_and_applies_every_option(dsn: str) -> None:
+    plain = int(ok("enqueue", "emails", '{"to": "ada"}', "--dsn", dsn))
+    later = ok_json(
+        "enqueue", "emails", '{"to": "bob"}', "--delay", "60", "--priority", "7",
+        "--max-attempts", "5", "--expires", "3600", "--dsn", dsn,
+    )["id"]  # fmt: skip
+    dated = int(
+        ok("enqueue", "emails", '"digest"', "--run-at", "2030-01-01T00:00:00+00:00", "--dsn", dsn)
+    )
+    with alkstore.open(dsn) as store:
+        jobs = {job.id: job for job in store.inspect().jobs("emails")}
+    assert sorted(jobs) == sorted([plain, later, dated])
+    assert jobs[plain].payload == {"to": "ada"}
+    assert (jobs[plain].priority, jobs[plain].max_attempts, jobs[plain].expires_at) == (0, 3, None)
+    job = jobs[later]
+    assert (job.payload, job.priority, job.max_attempts) == ({"to": "bob"}, 7, 5)
+    assert job.run_at - job.created_at == pytest.approx(60, abs=1)
+    assert job.expires_at is not None
+    assert job.expires_at - job.created_at == pytest.approx(3600, abs=1)
+    assert (jobs[dated].payload, jobs[dated].run_at) == ("digest", 1893456000.0)
+
+
+def test_schedule_schedules_unschedule_and_run_schedules(dsn: str) -> None:
+    made = ok(
+        "schedule", "nightly", "@every 5m", "reports", '{"kind": "daily"}', "--priority", "3",
+        "--dsn", dsn,
+    )  # fmt: skip
+    assert re.fullmatch(r"nightly: @every 5m into 'reports', next in [45]\.\dm\n", made)
+    before = time.time()
+    tick = ok_json("schedule", "tick", "@every 1s", "ticks", "{}", "--dsn", dsn)
+    assert before < tick.pop("next_fire_at") <= time.time() + 1
+    assert tick == {"name": "tick", "spec": "@every 1s", "queue": "ticks", "payload": {}}
+
+    headers = ("SCHEDULE", "SPEC", "QUEUE", "NEXT FIRE", "PAYLOAD")
+    nightly, _ = table(ok("schedules", "--dsn", dsn), headers)
+    assert nightly["NEXT FIRE"].startswith("in ")
+    assert {k: v for k, v in nightly.items() if k != "NEXT FIRE"} == {
+        "SCHEDULE": "nightly", "SPEC": "@every 5m", "QUEUE": "reports",
+        "PAYLOAD": '{"kind": "daily"}',
+    }  # fmt: skip
+
+    with started("run-schedules", "--owner", "cli-runner", "--dsn", dsn) as runner:
+        assert runner.stderr is not None
+        read_until(runner.stderr.fileno(), "running schedules")
+        with alkstore.open(dsn) as store:
+            poll(lambda: store.inspect().jobs("ticks") or None, what="the schedule to fire")
+        (lock,) = ok_json("locks", "--dsn", dsn)
+        assert (lock["name"], lock["owner"]) == (alkstore.SCHEDULER_LOCK, "cli-runner")
+        _, err = finish(runner, stop=True)
+    assert runner.returncode == 0, err
+    with alkstore.open(dsn) as store:
+        fired = store.inspect().jobs("ticks")
+        assert fired
+        assert all(job.payload == {} for job in fired)
+        assert store.inspect().jobs("reports") == []  # five minutes have not passed
+
+    assert ok("unschedule", "tick", "--dsn", dsn) == ""
+    assert [s["name"] for s in ok_json("schedules", "--dsn", dsn)] == ["nightly"]
+    again = run("unschedule", "tick", "--dsn", dsn)
+    assert (again.returncode, again.stdout) == (3, "no schedule named 'tick'\n")
+    gone = run("unschedule", "tick", "--json", "--dsn", dsn)
+    assert (gone.returncode, json.loads(gone.stdout)) == (3, {"removed": False})
+
+
+def test_sweep_dead_letters_expired_jobs(dsn: str) -> None:
+    with alkstore.open(dsn) as store:
+        stale = store.queue("q").enqueue("stale", EnqueueOpts(expires=0.05))
+        store.queue("q").enqueue("fresh")
+        store.queue("r").enqueue("fresh")
+        poll(lambda: store.inspect().queues()[0].expired or None, what="the job to expire")
+    assert ok_json("sweep", "--dsn", dsn) == {"q": 1, "r": 0}
+    rows = table(ok("sweep", "q", "--dsn", dsn), ("QUEUE", "EXPIRED → DEAD"))
+    assert rows == [{"QUEUE": "q", "EXPIRED → DEAD": "0"}]
+    (dead,) = ok_json("jobs", "q", "--state", "dead", "--dsn", dsn)
+    assert (dead["id"], dead["payload"], dead["died_at"] is not None) == (stale, "stale", True)
+
+
+# Running: listen, tail, worker
+
+
+def test_listen_prints_wakes_that_notify_sends(dsn: str) -> None:
+    with (
+        started("listen", "wakeups", "--count", "1", "--dsn", dsn) as plain,
+        started("listen", "wakeups", "--count", "1", "--json", "--dsn", dsn) as scripted,
+    ):
+        for listener in (plain, scripted):
+            assert listener.stderr is not None
+            read_until(listener.stderr.fileno(), "listening on 'wakeups'")
+        before = time.time()
+        assert ok("notify", "wakeups", '{"n": 1}', "--dsn", dsn) == ""
+        plain_out, _ = finish(plain)
+        scripted_out, _ = finish(scripted)
+    assert (plain.returncode, plain_out) == (0, "wake wakeups\n")
+    assert scripted.returncode == 0
+    wake = json.loads(scripted_out)
+    assert wake["channel"] == "wakeups"
+    assert before <= wake["at"] <= time.time()
+
+
+def test_tail_prints_events_from_an_offset_a_consumer_or_the_head(dsn: str) -> None:
+    with alkstore.open(dsn) as store:
+        orders = store.stream("orders")
+        orders.publish({"order": 1})
+        orders.publish_with_key("k-2", {"order": 2})
+        orders.publish({"order": 3})
+        orders.save_offset("billing", 2)
+    tailed = tail("orders", "--from", "0", "--count", "3", "--dsn", dsn)
+    assert tailed == '1 {"order": 1}\n2 [k-2] {"order": 2}\n3 {"order": 3}\n'
+    scripted = tail("orders", "--from", "1", "--count", "2", "--json", "--dsn", dsn)
+    events = [json.loads(line) for line in scripted.splitlines()]
+    assert [(e["offset"], e["key"], e["payload"]) for e in events] == [
+        (2, "k-2", {"order": 2}), (3, None, {"order": 3}),
+    ]  # fmt: skip
+    assert all(isinstance(e["created_at"], float) for e in events)
+    after_billing = tail("orders", "--consumer", "billing", "--count", "1", "--dsn", dsn)
+    assert after_billing == '3 {"order": 3}\n'
+
+    with started("tail", "orders", "--count", "1", "--dsn", dsn) as live:
+        assert live.stderr is not None
+        read_until(live.stderr.fileno(), "tailing 'orders' after offset 3")
+        with alkstore.open(dsn) as store:
+            store.stream("orders").publish({"order": 4})
+        out, _ = finish(live)
+    assert (live.returncode, out) == (0, '4 {"order": 4}\n')
+
+
+def test_worker_handles_jobs_and_prints_a_summary_when_stopped(dsn: str, tmp_path: Path) -> None:
+    write_handlers(tmp_path)
+    with alkstore.open(dsn) as store:
+        ids = [store.queue("q").enqueue({"n": n}) for n in range(3)]
+        doomed = store.queue("q").enqueue({"fail": True}, EnqueueOpts(max_attempts=1))
+    with started(
+        "worker", "q", "cli_test_handlers:handle", "--concurrency", "2", "--dsn", dsn, cwd=tmp_path
+    ) as worker:
+        poll(lambda: sum(map(len, handled_ids(tmp_path).values())) == 4 or None, what="4 jobs")
+        with alkstore.open(dsn) as store:
+            poll(lambda: not store.inspect().jobs("q", "pending") or None, what="no pending job")
+        out, err = finish(worker, stop=True)
+    assert worker.returncode == 0, err
+    assert out == "handled 4: 3 succeeded, 1 failed, 0 released, 0 lost\n"
+    assert err.startswith("alkstore: worker ")
+    assert " on 'q' (Ctrl-C to stop)\n" in err.splitlines(keepends=True)[0]
+    assert f"alkstore: job {doomed} of 'q' failed: RuntimeError: job {doomed} refused\n" in err
+    assert "Traceback" not in err  # only with --debug
+    assert "/s" not in err
+    assert "\r" not in err
+    (noted,) = handled_ids(tmp_path).values()
+    assert sorted(noted) == sorted([*ids, doomed])
+    (dead,) = ok_json("jobs", "q", "--dsn", dsn)
+    assert (dead["id"], dead["state"]) == (doomed, "dead")
+    assert dead["last_error"] == f"RuntimeError: job {doomed} refused"
+
+
+def test_worker_shows_live_progress_on_a_terminal(dsn: str, tmp_path: Path) -> None:
+    write_handlers(tmp_path)
+    with alkstore.open(dsn) as store:
+        for n in range(3):
+            store.queue("q").enqueue({"n": n})
+    controller, terminal = pty.openpty()
+    try:
+        with started(
+            "worker", "q", "cli_test_handlers:handle", "--dsn", dsn, cwd=tmp_path, stderr=terminal
+        ) as worker:
+            os.close(terminal)
+            terminal = -1
+            shown = read_until(controller, "handled 3 (0 failed)")
+            shown += read_until(controller, "/s")
+            out, _ = finish(worker, stop=True)
+            while chunk := read_some(controller):
+                shown += chunk
+    finally:
+        os.close(controller)
+        if terminal >= 0:
+            os.close(terminal)
+    assert worker.returncode == 0
+    assert out == "handled 3: 3 succeeded, 0 failed, 0 released, 0 lost\n"
+    text = shown.decode()
+    assert "\r\x1b[2Khandled" in text  # one status line, rewritten in place
+    assert re.search(r"handled 3 \(0 failed\) · \d+\.\d/s · in flight 0\r?\n", text), text
+
+
+def test_two_workers_and_the_queues_view_agree_on_counts(dsn: str, tmp_path: Path) -> None:
+    total, concurrency, batch = 200, 2, 4
+    write_handlers(tmp_path)
+    with alkstore.open(dsn) as store, store.transaction() as tx:
+        enqueued = {tx.enqueue_tx("q", None, {"sleep": 0.03}) for _ in range(total)}
+    assert ok_json("queues", "--dsn", dsn)[0]["ready"] == total
+
+    worker_command = ("worker", "q", "cli_test_handlers:handle", "--concurrency", str(concurrency),
+                      "--batch-size", str(batch), "--json", "--dsn", dsn)  # fmt: skip
+    snapshots: list[tuple[int, dict[str, Any]]] = []
+    with (
+        started(*worker_command, cwd=tmp_path) as first,
+        started(*worker_command, cwd=tmp_path) as second,
+    ):
+        poll(lambda: handled_ids(tmp_path) or None, what="a first handled job")
+        deadline = time.monotonic() + 60
+        # Each snapshot is (jobs handled by the time it was taken, the queue's row).
+        while (views := ok_json("queues", "--dsn", dsn)) and time.monotonic() < deadline:
+            snapshots.append((sum(map(len, handled_ids(tmp_path).values())), *views))
+        assert views == [], "the workers did not get through the jobs"
+        summaries = []
+        for worker in (first, second):
+            out, err = finish(worker, stop=True)
+            assert worker.returncode == 0, err
+            summaries.append((worker.pid, json.loads(out)))
+
+    assert any(0 < view["total"] < total for _, view in snapshots), snapshots
+    previous = total
+    for done, view in snapshots:
+        assert view["name"] == "q"
+        assert (view["scheduled"], view["expired"], view["dead"]) == (0, 0, 0), view
+        assert view["ready"] + view["processing"] == view["total"] <= previous, view
+        assert view["processing"] <= 2 * batch, view  # each worker holds a batch at most
+        assert total - view["total"] <= done, (done, view)  # acked only after handled
+        previous = view["total"]
+
+    handled = handled_ids(tmp_path)
+    union = [job_id for ids in handled.values() for job_id in ids]
+    assert len(union) == len(set(union)) == total
+    assert set(union) == enqueued
+    for pid, summary in summaries:
+        assert summary["handled"] == summary["succeeded"] == len(handled[f"handled-{pid}.txt"]) > 0
+        assert summary["failed"] == summary["released"] == summary["lost"] == 0
+        assert summary["in_flight"] == 0
+    assert ok("queues", "--dsn", dsn) == "no queues hold jobs\n"
+    assert ok_json("queues", "--dsn", dsn) == []
+
+
+# Bad input, errors and exit codes
+
+
+def test_an_invalid_json_payload_is_one_line_and_exit_2(dsn: str) -> None:
+    line = one_line_error(run("enqueue", "q", "{bad", "--dsn", dsn), "enqueue", 2)
+    assert "not valid JSON" in line
+    assert "'{bad'" in line
+    one_line_error(run("publish", "s", "nope", "--dsn", dsn), "publish", 2)
+    one_line_error(
+        run("enqueue", "q", "1", "--delay", "1", "--run-at", "5", "--dsn", dsn), "enqueue", 2
+    )
+    line = one_line_error(
+        run("enqueue", "q", "1", "--run-at", "2030-01-01T00:00", "--dsn", dsn), "enqueue", 2
+    )
+    assert "UTC offset" in line
+    one_line_error(run("jobs", "q", "--limit", "0", "--dsn", dsn), "jobs", 2)
+    one_line_error(run("tail", "s", "--from", "0", "--consumer", "c", "--dsn", dsn), "tail", 2)
+    with alkstore.open(dsn) as store:
+        assert store.inspect().queues() == []
+
+
+def test_a_bad_schedule_spec_is_one_clear_line(dsn: str) -> None:
+    line = one_line_error(run("schedule", "s", "every 5", "q", "{}", "--dsn", dsn), "schedule", 2)
+    assert "'every 5'" in line
+    assert "@every <n><unit>" in line
+    assert ok_json("schedules", "--dsn", dsn) == []
+
+
+def test_an_unknown_handler_is_exit_2(dsn: str, tmp_path: Path) -> None:
+    write_handlers(tmp_path)
+    line = one_line_error(
+        run("worker", "q", "no_such_module:handle", "--dsn", dsn, cwd=tmp_path), "worker", 2
+    )
+    assert "cannot import 'no_such_module:handle'" in line
+    assert "ModuleNotFoundError" in line
+    line = one_line_error(
+        run("worker", "q", "cli_test_handlers:nope", "--dsn", dsn, cwd=tmp_path), "worker", 2
+    )
+    assert "AttributeError" in line
+    one_line_error(run("worker", "q", "cli_test_handlers", "--dsn", dsn, cwd=tmp_path), "worker", 2)
+
+
+def test_an_unreachable_store_is_exit_1_and_debug_shows_the_traceback() -> None:
+    line = one_line_error(run("queues", "--dsn", UNREACHABLE), "queues", 1)
+    assert "cannot connect to PostgreSQL at 127.0.0.1:1" in line
+    assert "\t" not in line
+    debugged = run("--debug", "queues", "--dsn", UNREACHABLE)
+    assert debugged.returncode == 1
+    assert "Traceback (most recent call last)" in debugged.stderr
+    assert "alkstore._errors.Database: cannot connect" in debugged.stderr
+
+
+def test_nothing_there_is_exit_3(dsn: str) -> None:
+    for arguments in (("unschedule", "nosuch"), ("listen", "quiet", "--timeout", "0.2"),
+                      ("tail", "quiet", "--timeout", "0.2")):  # fmt: skip
+        result = run(*arguments, "--dsn", dsn)
+        assert result.returncode == 3, (arguments, result.stderr)
+        assert "Traceback" not in result.stderr
+    assert run("notify", "quiet", "--dsn", dsn).returncode == 0
+    assert run("listen", "quiet", "--count", "1", "--timeout", "0.2", "--dsn", dsn).returncode == 3
+
+
+def test_the_common_options_work_before_and_after_the_command(dsn: str) -> None:
+    ok("enqueue", "q", "1", "--dsn", dsn)
+    before = ok("--json", "--dsn", dsn, "queues")
+    after = ok("queues", "--json", "--dsn", dsn)
+    assert json.loads(before)[0]["ready"] == json.loads(after)[0]["ready"] == 1
+    assert "Traceback" in run("--debug", "jobs", "q", "--limit", "0", "--dsn", dsn).stderr
+
+
+def test_alkstore_dsn_names_the_store_when_dsn_is_not_given(dsn: str, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    job_id = int(ok("enqueue", "q", '{"via": "env"}', cwd=elsewhere, env=environment(dsn)))
+    listed = json.loads(ok("jobs", "q", "--json", cwd=elsewhere, env=environment(dsn)))
+    assert [row["id"] for row in listed] == [job_id]
+    assert not (elsewhere / "alkstore.db").exists()
+    # --dsn wins over the environment.
+    assert ok("queues", "--json", "--dsn", dsn, env=environment(UNREACHABLE)) != "[]\n"
+    with alkstore.open(dsn) as store:
+        (job,) = store.inspect().jobs("q")
+    assert (job.id, job.payload) == (job_id, {"via": "env"})
+
+
+def test_the_default_store_is_refused_for_reading_until_written(tmp_path: Path) -> None:
+    for arguments in (("queues",), ("jobs", "q"), ("locks",), ("unschedule", "x"), ("tail", "s")):
+        line = one_line_error(run(*arguments, cwd=tmp_path), arguments[0], 1)
+        assert "no store at ./alkstore.db" in line
+    assert not (tmp_path / "alkstore.db").exists()
+    job_id = ok("enqueue", "q", '{"n": 1}', cwd=tmp_path)
+    assert (tmp_path / "alkstore.db").exists()
+    (row,) = table(
+        ok("jobs", "q", cwd=tmp_path),
+        ("ID", "STATE", "ATTEMPTS", "PRIORITY", "RUN AT", "WORKER", "ERROR", "PAYLOAD"),
+    )
+    assert (row["ID"], row["STATE"], row["PAYLOAD"]) == (job_id.strip(), "pending", '{"n": 1}')
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(dsn: str) -> None:
+    ok("enqueue", "q", "1", "--dsn", dsn)
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        result = subprocess.run(
+            [*ALKSTORE, "jobs", "q", "--json", "--dsn", dsn], stdout=writer,
+            stderr=subprocess.PIPE, text=True, timeout=60, check=False, env=environment(),
+        )  # fmt: skip
+    finally:
+        os.close(writer)
+    assert (result.returncode, result.stderr) == (1, "")
