@@ -29,18 +29,20 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLiteInspector"]
 
+_Params = dict[str, Any] | tuple[Any, ...]
+
 
 class SQLiteInspector(Inspector):
     """Reads the store's file through its connection pool."""
 
     _store: SQLiteStore
 
-    def _read(self, action: str, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+    def _read(self, action: str, sql: str, params: _Params = ()) -> list[Any]:
         with translate(f"inspect {action}"), self._store.pool.connection() as connection:
             return connection.execute(sql, params).fetchall()
 
     def _queues(self) -> list[QueueStats]:
-        rows = self._read("queues", _sql.QUEUE_STATS, (time.time(),))
+        rows = self._read("queues", _sql.QUEUE_STATS, {"now": time.time()})
         return sorted(
             (QueueStats(name, ready, scheduled, expired, processing, dead, age)
              for name, ready, scheduled, expired, processing, dead, age in rows),
@@ -48,7 +50,8 @@ class SQLiteInspector(Inspector):
         )  # fmt: skip
 
     def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
-        rows = self._read(f"jobs of {queue!r}", _sql.LIST_JOBS[state], (queue, limit))
+        params = {"queue": queue, "limit": limit}
+        rows = self._read(f"jobs of {queue!r}", _sql.LIST_JOBS[state], params)
         return [_info(row) for row in rows]
 
     def _streams(self) -> list[StreamStats]:

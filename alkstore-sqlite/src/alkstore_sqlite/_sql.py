@@ -200,18 +200,18 @@ UPDATE __alkstore_schedules SET next_fire_at = ? WHERE name = ? AND next_fire_at
 
 # Inspection: reads only, each one statement (one snapshot), never a write lock.
 
-# Per queue: the pending rows split by the clock (bound as ?1), the claimed
+# Per queue: the pending rows split by the clock (bound as :now), the claimed
 # rows, and the dead letters; a queue with only dead letters is listed too.
-_READY = "deadline IS NULL AND run_at <= ?1 AND (expires_at IS NULL OR expires_at > ?1)"
+_READY = "deadline IS NULL AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)"
 QUEUE_STATS = f"""
 SELECT queue, SUM(ready), SUM(scheduled), SUM(expired), SUM(processing), SUM(dead),
-    ?1 - MIN(oldest_ready)
+    :now - MIN(oldest_ready)
 FROM (
     SELECT queue,
         SUM({_READY}) AS ready,
-        SUM(deadline IS NULL AND run_at > ?1 AND (expires_at IS NULL OR expires_at > ?1))
+        SUM(deadline IS NULL AND run_at > :now AND (expires_at IS NULL OR expires_at > :now))
             AS scheduled,
-        SUM(deadline IS NULL AND expires_at IS NOT NULL AND expires_at <= ?1) AS expired,
+        SUM(deadline IS NULL AND expires_at IS NOT NULL AND expires_at <= :now) AS expired,
         SUM(deadline IS NOT NULL) AS processing,
         0 AS dead,
         MIN(CASE WHEN {_READY} THEN run_at END) AS oldest_ready
@@ -223,22 +223,22 @@ GROUP BY queue
 """
 
 # Live and dead rows in one shape: JOB_COLUMNS, then died_at (NULL unless dead).
-_LIVE_JOBS = f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs WHERE queue = ?1"
+_LIVE_JOBS = f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs WHERE queue = :queue"
 _DEAD_JOBS = """
 SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
     worker_id, NULL, last_error, died_at
-FROM __alkstore_dead WHERE queue = ?1
+FROM __alkstore_dead WHERE queue = :queue
 """
 _PENDING_JOBS = f"{_LIVE_JOBS} AND deadline IS NULL"
 _CLAIMED_JOBS = f"{_LIVE_JOBS} AND deadline IS NOT NULL"
 LIST_JOBS = {
-    "pending": f"{_PENDING_JOBS} ORDER BY id LIMIT ?2",
-    "processing": f"{_CLAIMED_JOBS} ORDER BY id LIMIT ?2",
-    "dead": f"{_DEAD_JOBS} ORDER BY id LIMIT ?2",
+    "pending": f"{_PENDING_JOBS} ORDER BY id LIMIT :limit",
+    "processing": f"{_CLAIMED_JOBS} ORDER BY id LIMIT :limit",
+    "dead": f"{_DEAD_JOBS} ORDER BY id LIMIT :limit",
     # Three indexed parts (the live-row indexes are partial), not one scan.
     None: f"""
 SELECT * FROM ({_PENDING_JOBS} UNION ALL {_CLAIMED_JOBS} UNION ALL {_DEAD_JOBS})
-ORDER BY id LIMIT ?2
+ORDER BY id LIMIT :limit
 """,
 }
 
