@@ -44,6 +44,8 @@ def check_name(name: object, kind: NameKind) -> str:
         InvalidName: ``name`` is not a ``str``, is empty, or holds lone surrogates.
         ReservedName: ``name`` starts with ``__alkstore_``.
     """
+    if type(name) is str and name and name.isascii() and not name.startswith(RESERVED_PREFIX):
+        return name  # the common case, on every hot path: no message built
     checked = check_identifier(name, f"{kind} name")
     if checked.startswith(RESERVED_PREFIX):
         raise ReservedName(
@@ -61,6 +63,8 @@ def check_identifier(value: object, what: str) -> str:
     Raises:
         InvalidName: naming ``what`` in its message.
     """
+    if type(value) is str and value and value.isascii():
+        return value
     if not isinstance(value, str):
         raise InvalidName(f"{what} must be a str, not {type(value).__name__}")
     if not value:

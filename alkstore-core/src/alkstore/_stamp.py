@@ -8,6 +8,7 @@ the database server's clock).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from alkstore._options import EnqueueOpts, QueueOpts
@@ -37,9 +38,19 @@ class JobStamp:
 def stamp_job(queue_opts: QueueOpts, opts: EnqueueOpts | None) -> JobStamp:
     """Resolve the stamp of one job: ``opts`` over ``queue_opts``."""
     if opts is None:
-        opts = _DEFAULT_ENQUEUE_OPTS
-    elif not isinstance(opts, EnqueueOpts):
+        return _plain_stamp(queue_opts)
+    if not isinstance(opts, EnqueueOpts):
         raise TypeError(f"opts must be EnqueueOpts or None, not {type(opts).__name__}")
+    return _stamp(queue_opts, opts)
+
+
+@functools.lru_cache(maxsize=256)
+def _plain_stamp(queue_opts: QueueOpts) -> JobStamp:
+    """The stamp of a job enqueued without options: the same for every such job."""
+    return _stamp(queue_opts, _DEFAULT_ENQUEUE_OPTS)
+
+
+def _stamp(queue_opts: QueueOpts, opts: EnqueueOpts) -> JobStamp:
     run_at = opts.run_at
     assert run_at is None or isinstance(run_at, float)  # normalised by EnqueueOpts
     return JobStamp(
