@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from alkstore import Closed
 from alkstore_sqlite._errors import translate
@@ -73,14 +71,9 @@ class ConnectionPool:
                 return
         connection.close()
 
-    @contextmanager
-    def connection(self) -> Iterator[sqlite3.Connection]:
+    def connection(self) -> _Lease:
         """A connection for the duration of the block."""
-        connection = self.acquire()
-        try:
-            yield connection
-        finally:
-            self.release(connection)
+        return _Lease(self)
 
     def close(self) -> None:
         """Close idle connections; connections in use close when released."""
@@ -89,3 +82,19 @@ class ConnectionPool:
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
+
+
+class _Lease:
+    """``with pool.connection() as connection``: a class, as it wraps every statement."""
+
+    __slots__ = ("_connection", "_pool")
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._connection = self._pool.acquire()
+        return self._connection
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool.release(self._connection)

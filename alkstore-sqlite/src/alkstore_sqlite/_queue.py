@@ -55,14 +55,17 @@ class SQLiteQueue(Queue):
 
     def _claim(self, worker_id: str, n: int) -> list[Job]:
         now = time.time()
+        claim = (now, worker_id, self.name, now, now, n)
         with translate(f"claim from {self.name!r}"), self._pool.connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
             if connection.execute(_sql.ANY_LAPSED, (self.name, now)).fetchone():
+                connection.execute("BEGIN IMMEDIATE")
                 self._release_lapsed(connection, now)
-            rows = connection.execute(
-                _sql.CLAIM, (now, worker_id, self.name, now, now, n)
-            ).fetchall()
-            connection.execute("COMMIT")
+                rows = connection.execute(_sql.CLAIM, claim).fetchall()
+                connection.execute("COMMIT")
+            else:
+                # The common case: one statement, atomic by itself. A claim that
+                # lapses meanwhile is returned by the next claim.
+                rows = connection.execute(_sql.CLAIM, claim).fetchall()
         rows.sort(key=lambda row: (-row[2], row[5], row[0]))
         return [self._job(row, worker_id) for row in rows]
 
