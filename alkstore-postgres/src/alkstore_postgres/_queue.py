@@ -14,7 +14,7 @@ from alkstore_postgres._names import stored, unstored
 if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["QUEUE_KEY", "PostgresQueue", "insert_job", "job_info"]
+__all__ = ["QUEUE_KEY", "PostgresQueue", "insert_job", "job_info", "job_params"]
 
 QUEUE_KEY = "__alkstore_queue:"
 
@@ -23,18 +23,20 @@ def insert_job(
     store: PostgresStore, connection: psycopg.Connection, queue: str, stamp: JobStamp, payload: str
 ) -> int:
     """Insert a job row on ``connection`` (and wake the queue's waiters at commit)."""
-    row = connection.execute(
-        store.sql.enqueue,
-        {
-            "queue": stored(queue), "payload": payload, "priority": stamp.priority,
-            "run_at": stamp.run_at, "delay": stamp.delay_s, "expires_in": stamp.expires_in_s,
-            "max_attempts": stamp.max_attempts, "visibility": stamp.visibility_timeout_s,
-            "backoff": stamp.backoff_base_s, "retention": stamp.dead_letter_retention_s,
-            **store.wake_params(QUEUE_KEY + queue),
-        },
-    ).fetchone()  # fmt: skip
+    params = {**job_params(queue, stamp, payload), **store.wake_params(QUEUE_KEY + queue)}
+    row = connection.execute(store.sql.enqueue, params).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def job_params(queue: str, stamp: JobStamp, payload: str) -> dict[str, Any]:
+    """The bind parameters of a new job row, as the enqueue statements name them."""
+    return {
+        "queue": stored(queue), "payload": payload, "priority": stamp.priority,
+        "run_at": stamp.run_at, "delay": stamp.delay_s, "expires_in": stamp.expires_in_s,
+        "max_attempts": stamp.max_attempts, "visibility": stamp.visibility_timeout_s,
+        "backoff": stamp.backoff_base_s, "retention": stamp.dead_letter_retention_s,
+    }  # fmt: skip
 
 
 class PostgresQueue(Queue):
@@ -53,10 +55,14 @@ class PostgresQueue(Queue):
     def _claim(self, worker_id: str, n: int) -> list[Job]:
         sql = self._store.sql
         params = {"queue": self._key, "worker": stored(worker_id), "n": n}
-        with translate(f"claim from {self.name!r}"), self._store.in_transaction() as connection:
-            connection.execute(sql.lapsed_to_dead, params)
-            connection.execute(sql.lapsed_to_pending, params)
-            rows = connection.execute(sql.claim, params).fetchall()
+        with translate(f"claim from {self.name!r}"), self._store.connection() as connection:
+            # One round trip: pipelined statements before the sync run as one
+            # implicit transaction, so a lapsed job is claimable by this claim.
+            with connection.pipeline():
+                connection.execute(sql.lapsed_to_dead, params)
+                connection.execute(sql.lapsed_to_pending, params)
+                claimed = connection.execute(sql.claim, params)
+            rows = claimed.fetchall()
         rows.sort(key=lambda row: (-row[2], row[5], row[0]))
         return [
             Job(

@@ -118,6 +118,19 @@ class Statements:
             "%(max_attempts)s, %(visibility)s, %(backoff)s, %(retention)s) "
             "RETURNING id, pg_notify(%(channel)s, %(key)s)"
         )
+        # Buffered enqueues of a transaction: ids reserved ahead, rows sent together.
+        self.reserve_job_ids = render(
+            "SELECT nextval(pg_get_serial_sequence('{s}.jobs', 'id')) "
+            "FROM generate_series(1, %(n)s)"
+        )
+        self.enqueue_reserved = render(
+            "INSERT INTO {s}.jobs (id, queue, payload, priority, run_at, created_at, expires_at, "
+            "max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
+            "OVERRIDING SYSTEM VALUE "
+            "VALUES (%(id)s, %(queue)s, %(payload)s, %(priority)s, "
+            "COALESCE(%(run_at)s, {now} + %(delay)s), {now}, {now} + %(expires_in)s, "
+            "%(max_attempts)s, %(visibility)s, %(backoff)s, %(retention)s)"
+        )
         self.lapsed_to_dead = render(
             f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE id IN ("
             "SELECT id FROM {s}.jobs WHERE queue = %(queue)s AND deadline < {now} "
@@ -127,10 +140,12 @@ class Statements:
             "'claim lapsed (visibility timeout) on the last of ' || max_attempts || "
             "' attempts', {now} FROM moved"
         )
+        # attempts < max_attempts: each statement has its own now, and a job
+        # lapsing between the two statements must still go to dead letters.
         self.lapsed_to_pending = render(
             "UPDATE {s}.jobs SET deadline = NULL WHERE id IN ("
             "SELECT id FROM {s}.jobs WHERE queue = %(queue)s AND deadline < {now} "
-            "FOR UPDATE SKIP LOCKED)"
+            "AND attempts < max_attempts FOR UPDATE SKIP LOCKED)"
         )
         self.claim = render(
             "UPDATE {s}.jobs SET attempts = attempts + 1, "

@@ -1,0 +1,75 @@
+"""Enqueues inside a transaction, sent to the server together.
+
+A transaction's first enqueue is one ``INSERT … RETURNING id`` as usual.
+From the second on, job ids are reserved from the table's sequence in
+growing blocks, so ``enqueue_tx`` returns its id at once and the rows wait
+here; they are sent in one pipelined round trip (with one wake per queue)
+before anything else runs on the connection, and always before commit. A
+hundred enqueues in a transaction cost a handful of round trips, not a
+hundred.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from alkstore.engine import JobStamp
+from alkstore_postgres._queue import QUEUE_KEY, insert_job, job_params
+
+if TYPE_CHECKING:
+    from alkstore_postgres._store import PostgresStore
+
+__all__ = ["JobBuffer"]
+
+_FIRST_BLOCK = 16
+_LARGEST_BLOCK = 1024
+
+
+class JobBuffer:
+    """The enqueues of one transaction not yet sent to the server."""
+
+    def __init__(self, store: PostgresStore, connection: psycopg.Connection) -> None:
+        self._store = store
+        self._connection = connection
+        self._reserved: deque[int] = deque()
+        self._block = _FIRST_BLOCK
+        self._rows: list[dict[str, Any]] = []
+        self._queues: set[str] = set()
+        self._enqueued = 0
+
+    def enqueue(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        """Add a job to the transaction; return its id."""
+        self._enqueued += 1
+        if self._enqueued == 1:
+            return insert_job(self._store, self._connection, queue, stamp, payload_json)
+        job_id = self._next_id()
+        self._rows.append({"id": job_id, **job_params(queue, stamp, payload_json)})
+        self._queues.add(queue)
+        return job_id
+
+    def flush(self) -> None:
+        """Send the waiting rows, and a wake for each of their queues, in one round trip."""
+        if not self._rows:
+            return
+        rows, queues = self._rows, self._queues
+        self._rows, self._queues = [], set()
+        sql = self._store.sql
+        with self._connection.pipeline(), self._connection.cursor() as cursor:
+            cursor.executemany(sql.enqueue_reserved, rows)
+            for queue in queues:
+                cursor.execute(sql.notify, self._store.wake_params(QUEUE_KEY + queue))
+
+    def discard(self) -> None:
+        """Forget the waiting rows (the transaction rolled back)."""
+        self._rows.clear()
+        self._queues.clear()
+
+    def _next_id(self) -> int:
+        if not self._reserved:
+            found = self._connection.execute(self._store.sql.reserve_job_ids, {"n": self._block})
+            self._reserved.extend(int(row[0]) for row in found.fetchall())
+            self._block = min(self._block * 4, _LARGEST_BLOCK)
+        return self._reserved.popleft()
