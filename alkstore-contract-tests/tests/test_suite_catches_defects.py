@@ -108,6 +108,7 @@ def test_the_example_engine_passes_the_whole_suite_from_an_empty_folder(
                     )
                 ),
                 "test_side_effects_and_the_business_write_commit_together",
+                "test_a_rolled_back_batch_of_enqueues_leaves_nothing",
             },
         ),
         (

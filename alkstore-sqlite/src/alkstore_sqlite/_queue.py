@@ -16,26 +16,28 @@ from alkstore_sqlite._watcher import QUEUE_KEY
 if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
 
-__all__ = ["SQLiteQueue", "dead_info", "insert_job", "live_info"]
+__all__ = ["SQLiteQueue", "dead_info", "insert_job", "job_row", "live_info"]
 
 
 def insert_job(
     connection: sqlite3.Connection, queue: str, stamp: JobStamp, payload_json: str
 ) -> int:
     """Insert a job row stamped with ``stamp`` on ``connection``; return its id."""
-    now = time.time()
-    run_at = stamp.run_at if stamp.run_at is not None else now + stamp.delay_s
-    expires_at = None if stamp.expires_in_s is None else now + stamp.expires_in_s
-    cursor = connection.execute(
-        _sql.ENQUEUE,
-        (
-            queue, payload_json, stamp.priority, run_at, now, expires_at, stamp.max_attempts,
-            stamp.visibility_timeout_s, stamp.backoff_base_s, stamp.dead_letter_retention_s,
-        ),
-    )  # fmt: skip
+    cursor = connection.execute(_sql.ENQUEUE, job_row(queue, stamp, payload_json))
     job_id = cursor.lastrowid
     assert job_id is not None
     return job_id
+
+
+def job_row(queue: str, stamp: JobStamp, payload_json: str) -> tuple[Any, ...]:
+    """The values of a new job row, as ``_sql.ENQUEUE`` binds them, stamped now."""
+    now = time.time()
+    run_at = stamp.run_at if stamp.run_at is not None else now + stamp.delay_s
+    expires_at = None if stamp.expires_in_s is None else now + stamp.expires_in_s
+    return (
+        queue, payload_json, stamp.priority, run_at, now, expires_at, stamp.max_attempts,
+        stamp.visibility_timeout_s, stamp.backoff_base_s, stamp.dead_letter_retention_s,
+    )  # fmt: skip
 
 
 class SQLiteQueue(Queue):

@@ -20,6 +20,14 @@ INSERT INTO __alkstore_jobs (queue, payload, priority, run_at, created_at, expir
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
+# A transaction's later enqueues, sent together: it holds the write lock, so
+# the ids after its first insert are known (AUTOINCREMENT: the largest + 1).
+ENQUEUE_WITH_ID = """
+INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
+    max_attempts, visibility_timeout_s, backoff_base_s, retention_s)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+
 ANY_LAPSED = """
 SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND deadline < ? LIMIT 1
 """

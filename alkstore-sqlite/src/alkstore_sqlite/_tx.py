@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from alkstore.engine import JobStamp, TxHandle
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
-from alkstore_sqlite._queue import insert_job
+from alkstore_sqlite._queue import insert_job, job_row
 from alkstore_sqlite._stream import insert_event, raise_offset
 
 if TYPE_CHECKING:
@@ -31,36 +31,63 @@ class SQLiteTx(TxHandle):
         super().__init__(store)
         self._connection = connection
         self._owned = owned
+        # Enqueues after the first wait here and go in one executemany before
+        # the next statement; only on our own connection, where nothing else
+        # writes behind our back.
+        self._next_job_id: int | None = None
+        self._pending_jobs: list[tuple[Any, ...]] = []
         # A forgotten handle must not hold the write lock forever.
         self._abandon = weakref.finalize(self, _roll_back_and_close, connection) if owned else None
 
     @property
     def connection(self) -> sqlite3.Connection:
-        """The ``sqlite3.Connection`` this transaction runs on."""
+        """The ``sqlite3.Connection`` this transaction runs on (enqueues so far sent)."""
+        self._send_jobs()
         return self._connection
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
-        with translate(f"enqueue into {queue!r}"):
-            return insert_job(self._connection, queue, stamp, payload_json)
+        if self._next_job_id is None:
+            with translate(f"enqueue into {queue!r}"):
+                job_id = insert_job(self._connection, queue, stamp, payload_json)
+            # This transaction holds the write lock: the next ids are job_id + 1, ...
+            self._next_job_id = job_id + 1 if self._owned else None
+            return job_id
+        job_id = self._next_job_id
+        self._next_job_id += 1
+        self._pending_jobs.append((job_id, *job_row(queue, stamp, payload_json)))
+        return job_id
+
+    def _send_jobs(self) -> None:
+        """Insert the waiting enqueues; after any other statement, ids are unknown again."""
+        self._next_job_id = None
+        if self._pending_jobs:
+            rows, self._pending_jobs = self._pending_jobs, []
+            with translate("enqueue"):
+                self._connection.executemany(_sql.ENQUEUE_WITH_ID, rows)
 
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
+        self._send_jobs()
         with translate(f"publish to {stream!r}"):
             return insert_event(self._connection, stream, key, payload_json)
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
+        self._send_jobs()
         with translate(f"notify {channel!r}"):
             self._connection.execute(_sql.NOTIFY, (channel, payload_json, time.time()))
 
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
+        self._send_jobs()
         with translate(f"save offset of {consumer!r}"):
             return raise_offset(self._connection, stream, consumer, offset)
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        self._send_jobs()
         with translate("execute"):
             return self._connection.execute(sql, params).fetchall()
 
     def _commit(self) -> None:
         try:
+            self._send_jobs()
             with translate("commit"):
                 self._connection.execute("COMMIT")
         finally:
@@ -68,6 +95,7 @@ class SQLiteTx(TxHandle):
         self._store.committed()
 
     def _rollback(self) -> None:
+        self._pending_jobs.clear()
         try:
             with translate("rollback"):
                 if self._connection.in_transaction:

@@ -131,3 +131,31 @@ def test_a_handle_is_closed_after_commit_or_rollback(store: alkstore.Store) -> N
 def test_tx_connection_is_the_drivers(store: alkstore.Store) -> None:
     with store.transaction() as tx:
         assert tx.connection is not None
+
+
+def test_many_enqueues_in_one_transaction_each_get_their_own_job(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    # Engines may send a transaction's enqueues together; the ids must still
+    # name exactly the jobs enqueued, across other writes in between.
+    with store.transaction() as tx:
+        first = {tx.enqueue_tx("emails", None, n): n for n in range(40)}
+        tx.publish_tx("orders", "between")
+        second = {tx.enqueue_tx("other", None, n): n for n in range(40, 80)}
+        tx.save_offset_tx("orders", "c", 1)
+        third = {tx.enqueue_tx("emails", None, n): n for n in range(80, 100)}
+    expected = {**first, **second, **third}
+    assert len(expected) == 100
+    for job_id, payload in expected.items():
+        queue = "other" if 40 <= payload < 80 else "emails"
+        info = peer.queue(queue).get_job(job_id)
+        assert info is not None, job_id
+        assert info.payload == payload
+
+
+def test_a_rolled_back_batch_of_enqueues_leaves_nothing(store: alkstore.Store) -> None:
+    with pytest.raises(RuntimeError), store.transaction() as tx:
+        ids = [tx.enqueue_tx("emails", None, n) for n in range(50)]
+        raise RuntimeError("abandon")
+    assert all(store.queue("emails").get_job(job_id) is None for job_id in ids)
+    assert store.queue("emails").claim_one("w") is None
