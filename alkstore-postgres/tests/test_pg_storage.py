@@ -139,3 +139,11 @@ def test_adopt_tx_refuses_what_is_not_the_stores_database(store: PostgresStore, 
     finally:
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{other_database}"')
+
+
+def test_libpq_options_in_the_dsn_reach_the_server_intact(dsn: str, schema: str) -> None:
+    # Spaces in a query value must stay spaces: "-c a=b" is one libpq option.
+    separator = "&" if "?" in dsn else "?"
+    target = f"{dsn}{separator}schema={schema}&options=-c%20application_name%3Dalktest"
+    with alkstore.open(target) as store, store.transaction() as tx:
+        assert tx.execute("SHOW application_name") == [("alktest",)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from alkstore.engine import option_seconds
 
@@ -77,7 +77,7 @@ def parse_target(target: str) -> tuple[str, dict[str, str], str]:
     query = parse_qsl(parts.query, keep_blank_values=True)
     options = {key: value for key, value in query if key in _ENGINE_OPTIONS}
     rest = [(key, value) for key, value in query if key not in _ENGINE_OPTIONS]
-    conninfo = urlunsplit(parts._replace(query=urlencode(rest)))
+    conninfo = urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote)))
     host = parts.hostname or "localhost"
     try:
         port = parts.port or 5432
