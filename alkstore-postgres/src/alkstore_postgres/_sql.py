@@ -123,13 +123,19 @@ class Statements:
             "SELECT nextval(pg_get_serial_sequence('{s}.jobs', 'id')) "
             "FROM generate_series(1, %(n)s)"
         )
+        # One statement for any number of rows: a column array per parameter.
         self.enqueue_reserved = render(
             "INSERT INTO {s}.jobs (id, queue, payload, priority, run_at, created_at, expires_at, "
             "max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
             "OVERRIDING SYSTEM VALUE "
-            "VALUES (%(id)s, %(queue)s, %(payload)s, %(priority)s, "
-            "COALESCE(%(run_at)s, {now} + %(delay)s), {now}, {now} + %(expires_in)s, "
-            "%(max_attempts)s, %(visibility)s, %(backoff)s, %(retention)s)"
+            "SELECT id, queue, payload, priority, COALESCE(run_at, {now} + delay), {now}, "
+            "{now} + expires_in, max_attempts, visibility, backoff, retention "
+            "FROM unnest(%(id)s::bigint[], %(queue)s::text[], %(payload)s::text[], "
+            "%(priority)s::int[], %(run_at)s::float8[], %(delay)s::float8[], "
+            "%(expires_in)s::float8[], %(max_attempts)s::int[], %(visibility)s::float8[], "
+            "%(backoff)s::float8[], %(retention)s::float8[]) "
+            "AS t(id, queue, payload, priority, run_at, delay, expires_in, max_attempts, "
+            "visibility, backoff, retention)"
         )
         self.lapsed_to_dead = render(
             f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE id IN ("

@@ -48,6 +48,8 @@ class PostgresStore(Store):
         super().__init__(f"postgresql://{address} schema={settings.schema}")
         self.settings = settings
         self.sql = Statements(settings.schema)
+        self.enqueue_block_hint = 16
+        """How many enqueues the last buffered batch held (see ``_job_buffer``)."""
         self._conninfo = conninfo
         self._address = address
         with _connect_errors(address):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -159,3 +160,29 @@ def test_a_rolled_back_batch_of_enqueues_leaves_nothing(store: alkstore.Store) -
         raise RuntimeError("abandon")
     assert all(store.queue("emails").get_job(job_id) is None for job_id in ids)
     assert store.queue("emails").claim_one("w") is None
+
+
+def test_options_of_every_enqueue_in_a_transaction_are_stamped(store: alkstore.Store) -> None:
+    queue = store.queue("emails", alkstore.QueueOpts(visibility_timeout_s=30, max_attempts=4))
+    at = time.time() + 3_600
+    with store.transaction() as tx:
+        plain = tx.enqueue_tx("emails", None, "plain")
+        delayed = tx.enqueue_tx("emails", alkstore.EnqueueOpts(delay=60), "delayed")
+        tuned = tx.enqueue_tx(
+            "emails", alkstore.EnqueueOpts(priority=5, max_attempts=7, expires=100), "tuned"
+        )
+        timed = tx.enqueue_tx("emails", alkstore.EnqueueOpts(run_at=at), "timed")
+    now = time.time()
+
+    def info(job_id: int) -> alkstore.JobInfo:
+        found = queue.get_job(job_id)
+        assert found is not None
+        return found
+
+    assert (info(plain).max_attempts, info(plain).priority, info(plain).expires_at) == (4, 0, None)
+    assert info(plain).run_at <= now
+    assert now + 50 < info(delayed).run_at < now + 70
+    assert (info(tuned).priority, info(tuned).max_attempts) == (5, 7)
+    assert now + 90 < (info(tuned).expires_at or 0) < now + 110
+    assert abs(info(timed).run_at - at) < 0.01
+    assert [job.payload for job in queue.claim_batch("w", 10)] == ["tuned", "plain"]
