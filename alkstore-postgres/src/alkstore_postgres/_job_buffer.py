@@ -35,8 +35,8 @@ class JobBuffer:
         self._store = store
         self._connection = connection
         self._reserved: deque[int] = deque()
-        # As many as the store's last sent batch: repeated transactions of N
-        # enqueues then reserve their ids in one round trip.
+        # As many as the store's last batch: repeated transactions of N
+        # enqueues reserve their ids with their first insert, no extra trip.
         self._block = store.enqueue_block_hint
         self._rows: list[dict[str, Any]] = []
         self._queues: set[str] = set()
@@ -46,7 +46,9 @@ class JobBuffer:
         """Add a job to the transaction; return its id."""
         self._enqueued += 1
         if self._enqueued == 1:
-            return insert_job(self._store, self._connection, queue, stamp, payload_json)
+            if not self._block:
+                return insert_job(self._store, self._connection, queue, stamp, payload_json)
+            return self._insert_reserving(queue, stamp, payload_json)
         job_id = self._next_id()
         self._rows.append({"id": job_id, **job_params(queue, stamp, payload_json)})
         self._queues.add(queue)
@@ -55,6 +57,8 @@ class JobBuffer:
     def flush(self) -> None:
         """Send the waiting rows, and a wake for each of their queues, in one round trip."""
         if not self._rows:
+            if self._enqueued == 1:
+                self._store.enqueue_block_hint = 0  # single enqueues: reserve nothing
             return
         rows, queues = self._rows, self._queues
         self._rows, self._queues = [], set()
@@ -71,9 +75,23 @@ class JobBuffer:
         self._rows.clear()
         self._queues.clear()
 
+    def _insert_reserving(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        """Insert the first job, reserving ids for the ones expected to follow."""
+        params = {
+            **job_params(queue, stamp, payload_json),
+            **self._store.wake_params(QUEUE_KEY + queue),
+            "reserve": self._block,
+        }
+        row = self._connection.execute(self._store.sql.enqueue_reserving, params).fetchone()
+        assert row is not None
+        self._reserved.extend(int(job_id) for job_id in row[2])
+        self._block = min(self._block * 4, _LARGEST_BLOCK)
+        return int(row[0])
+
     def _next_id(self) -> int:
         if not self._reserved:
-            found = self._connection.execute(self._store.sql.reserve_job_ids, {"n": self._block})
+            block = max(self._block, _FIRST_BLOCK)
+            found = self._connection.execute(self._store.sql.reserve_job_ids, {"reserve": block})
             self._reserved.extend(int(row[0]) for row in found.fetchall())
-            self._block = min(self._block * 4, _LARGEST_BLOCK)
+            self._block = min(block * 4, _LARGEST_BLOCK)
         return self._reserved.popleft()

@@ -121,8 +121,9 @@ class Statements:
         # Buffered enqueues of a transaction: ids reserved ahead, rows sent together.
         self.reserve_job_ids = render(
             "SELECT nextval(pg_get_serial_sequence('{s}.jobs', 'id')) "
-            "FROM generate_series(1, %(n)s)"
+            "FROM generate_series(1, %(reserve)s)"
         )
+        self.enqueue_reserving = f"{self.enqueue}, ARRAY({self.reserve_job_ids})"
         # One statement for any number of rows: a column array per parameter.
         self.enqueue_reserved = render(
             "INSERT INTO {s}.jobs (id, queue, payload, priority, run_at, created_at, expires_at, "

@@ -48,7 +48,7 @@ class PostgresStore(Store):
         super().__init__(f"postgresql://{address} schema={settings.schema}")
         self.settings = settings
         self.sql = Statements(settings.schema)
-        self.enqueue_block_hint = 16
+        self.enqueue_block_hint = 0
         """How many enqueues the last buffered batch held (see ``_job_buffer``)."""
         self._conninfo = conninfo
         self._address = address
