@@ -21,14 +21,8 @@ from typing import Any, TypeVar
 
 import psycopg
 from _harness import Sizes, peer_process, postgres_database, wake_latencies
-from _pg_common import (
-    BATCH,
-    PEER_SETTLE_S,
-    Measured,
-    check_count,
-    drain_seconds,
-    scalar,
-)
+from _measured import BATCH, Measured, check_count, drain_seconds
+from _pg_common import PEER_SETTLE_S, scalar
 
 __all__ = ["Pgqueuer", "Procrastinate"]
 
@@ -79,6 +73,7 @@ async def _rate(count: int, run: Callable[[], Awaitable[object]]) -> float:
 
 
 class Pgqueuer(Measured):
+    engine = "postgres"
     """pgqueuer on asyncpg and uvloop, as its quick start and performance guide set it up."""
 
     driver = "asyncpg"
@@ -266,6 +261,7 @@ async def _pgq_parked_async(
 
 
 class Procrastinate(Measured):
+    engine = "postgres"
     """procrastinate: PsycopgConnector, asyncio, its worker with its defaults."""
 
     def __init__(self) -> None:

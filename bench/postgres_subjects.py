@@ -1,4 +1,5 @@
-"""The PostgreSQL subjects: alkstore, the raw psycopg floor, pgqueuer and procrastinate.
+"""The PostgreSQL subjects: alkstore (``alkstore_subject``), the raw psycopg floor,
+pgqueuer and procrastinate.
 
 Every measurement runs in a fresh database (``postgres_database()``): alkstore
 creates its schema on open, the raw floor its two tables, pgqueuer runs its
@@ -9,7 +10,7 @@ function taking plain data. Payloads are ``{"n": i}`` everywhere (the
 latency samples add ``"t0"``).
 
 Drains: the jobs are enqueued untimed, then ``drain_seconds`` (in
-``_pg_common``) runs the workers through ``in_processes`` and times them from
+``_measured``) runs the workers through ``in_processes`` and times them from
 their release until the last worker has finished (its jobs done, its
 connections closed), not until its interpreter has exited; the queue is
 checked empty (or every job ``succeeded``) after each drain.
@@ -60,7 +61,6 @@ How the peers map onto the rows (their own worker machinery, no-op handler):
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import multiprocessing.connection
 import time
@@ -76,7 +76,7 @@ from _harness import (
     postgres_database,
     wake_latencies,
 )
-from _pg_common import (
+from _measured import (
     BATCH,
     CHANNEL,
     PAGE,
@@ -87,196 +87,19 @@ from _pg_common import (
     backlog_rounds,
     check_count,
     drain_seconds,
-    scalar,
 )
+from _pg_common import scalar
 from _pg_peers import Pgqueuer, Procrastinate
-
-import alkstore
+from alkstore_subject import Alkstore
 
 __all__ = ["subjects"]
 
 
 def subjects() -> list[Subject]:
-    return [AlkstorePostgres(), RawPsycopg(), Pgqueuer(), Procrastinate()]
+    return [Alkstore("postgres"), RawPsycopg(), Pgqueuer(), Procrastinate()]
 
 
 # alkstore, through the public API only
-
-
-class AlkstorePostgres(Measured):
-    name = "alkstore"
-    notes = (
-        "public API: enqueue, transaction()+enqueue_tx, claim_one/ack, claim_batch/ack_batch, "
-        "publish, publish_tx, read_since, notify/listen, queue.wait; default engine options"
-    )
-
-    def _enqueue_1(self, sizes: Sizes) -> float:
-        with postgres_database() as url, alkstore.open(url) as store:
-            queue = store.queue(QUEUE)
-
-            def run() -> None:
-                for n in range(sizes.enqueues):
-                    queue.enqueue({"n": n})
-
-            return per_second(sizes.enqueues, run)
-
-    def _enqueue_100(self, sizes: Sizes) -> float:
-        with postgres_database() as url, alkstore.open(url) as store:
-            return per_second(sizes.enqueues, lambda: _alk_enqueue_many(store, sizes.enqueues))
-
-    def _drain_one_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=False)
-
-    def _drain_one_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=False)
-
-    def _drain_batch_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=True)
-
-    def _drain_batch_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=True)
-
-    def _drain(self, sizes: Sizes, workers: int, *, batch: bool) -> float:
-        with postgres_database() as url:
-            with alkstore.open(url) as store:
-                _alk_enqueue_many(store, sizes.drain_jobs, per_tx=1_000)
-            seconds = drain_seconds(_alk_drain, {"url": url, "batch": batch}, workers)
-            with alkstore.open(url) as store:
-                left = [stats for stats in store.inspect().queues() if stats.name == QUEUE]
-            check_count("jobs left after the drain", sum(s.total for s in left), 0)
-        return sizes.drain_jobs / seconds
-
-    def _claim_backlog(self, backlog: int, sizes: Sizes) -> float:
-        with postgres_database() as url, alkstore.open(url) as store:
-            queue = store.queue(QUEUE)
-
-            def claim_and_ack() -> bool:
-                job = queue.claim_one("w")
-                return job is not None and job.ack()
-
-            return backlog_rounds(
-                backlog,
-                sizes.claims_per_backlog,
-                lambda count: _alk_enqueue_many(store, count, per_tx=1_000),
-                claim_and_ack,
-            )
-
-    def _notify_wake(self, sizes: Sizes) -> list[float]:
-        with postgres_database() as url, alkstore.open(url) as store:
-            argument = {"url": url, "samples": sizes.latency_samples}
-            with peer_process(_alk_listener, argument) as pipe:
-                return wake_latencies(
-                    pipe, sizes.latency_samples, lambda n, t0: store.notify(CHANNEL, {"n": n})
-                )
-
-    def _enqueue_claim(self, sizes: Sizes) -> list[float]:
-        with postgres_database() as url, alkstore.open(url) as store:
-            queue = store.queue(QUEUE)
-            argument = {"url": url, "samples": sizes.latency_samples}
-            with peer_process(_alk_parked_worker, argument) as pipe:
-                return wake_latencies(
-                    pipe, sizes.latency_samples, lambda n, t0: queue.enqueue({"n": n, "t0": t0})
-                )
-
-    def _publish_1(self, sizes: Sizes) -> float:
-        with postgres_database() as url, alkstore.open(url) as store:
-            stream = store.stream(STREAM)
-
-            def run() -> None:
-                for n in range(sizes.enqueues):
-                    stream.publish({"n": n})
-
-            return per_second(sizes.enqueues, run)
-
-    def _publish_100(self, sizes: Sizes) -> float:
-        with postgres_database() as url, alkstore.open(url) as store:
-            return per_second(sizes.enqueues, lambda: _alk_publish_many(store, sizes.enqueues))
-
-    def _replay(self, sizes: Sizes) -> float:
-        with postgres_database() as url, alkstore.open(url) as store:
-            _alk_publish_many(store, sizes.events, per_tx=1_000)
-            stream = store.stream(STREAM)
-
-            def run() -> None:
-                offset, count = 0, 0
-                while page := stream.read_since(offset, PAGE):
-                    count += len(page)
-                    offset = page[-1].offset
-                check_count("replayed events", count, sizes.events)
-
-            return per_second(sizes.events, run)
-
-    def _idle_cpu(self, sizes: Sizes) -> float:
-        with postgres_database() as url:
-            argument = {"target": url, "seconds": sizes.idle_seconds}
-            with peer_process(_alk_idle, argument, timeout=sizes.idle_seconds + 30) as pipe:
-                if not pipe.poll(sizes.idle_seconds + 30):
-                    raise TimeoutError("the idle measurement did not report")
-                return float(pipe.recv())
-
-
-def _alk_enqueue_many(store: alkstore.Store, count: int, per_tx: int = 100) -> None:
-    for start in range(0, count, per_tx):
-        with store.transaction() as tx:
-            for n in range(start, min(start + per_tx, count)):
-                tx.enqueue_tx(QUEUE, None, {"n": n})
-
-
-def _alk_publish_many(store: alkstore.Store, count: int, per_tx: int = 100) -> None:
-    for start in range(0, count, per_tx):
-        with store.transaction() as tx:
-            for n in range(start, min(start + per_tx, count)):
-                tx.publish_tx(STREAM, {"n": n})
-
-
-def _alk_drain(index: int, argument: dict[str, Any]) -> None:
-    worker = f"w{index}"
-    with alkstore.open(argument["url"]) as store:
-        queue = store.queue(QUEUE)
-        argument["ready"]()
-        if argument["batch"]:
-            while jobs := queue.claim_batch(worker, BATCH):
-                queue.ack_batch([job.id for job in jobs], worker)
-        else:
-            while (job := queue.claim_one(worker)) is not None:
-                job.ack()
-
-
-def _alk_listener(argument: dict[str, Any], pipe: multiprocessing.connection.Connection) -> None:
-    with alkstore.open(argument["url"]) as store, store.listen(CHANNEL) as wakes:
-        for n in range(argument["samples"]):
-            while wakes.recv(0) is not None:  # a repeated wake (after a reconnect)
-                pass
-            pipe.send("armed")
-            if wakes.recv(WAKE_TIMEOUT_S) is None:
-                raise TimeoutError(f"sample {n}: no wake")
-            pipe.send((n, time.time()))
-
-
-def _alk_parked_worker(
-    argument: dict[str, Any], pipe: multiprocessing.connection.Connection
-) -> None:
-    with alkstore.open(argument["url"]) as store:
-        queue = store.queue(QUEUE)
-        for _ in range(argument["samples"]):
-            while (stray := queue.claim_one("parked")) is not None:
-                stray.ack()
-            pipe.send("armed")
-            while True:
-                if not queue.wait(WAKE_TIMEOUT_S):
-                    raise TimeoutError("no wake for the enqueued job")
-                job = queue.claim_one("parked")
-                if job is not None:
-                    claimed = time.time()
-                    job.ack()
-                    pipe.send((job.payload["n"], claimed))
-                    break
-
-
-def _alk_idle(argument: dict[str, Any], pipe: multiprocessing.connection.Connection) -> None:
-    idle = importlib.import_module("idle")  # bench/idle.py: bench/ is on the path
-    result = idle.measure(argument["target"], argument["seconds"])
-    pipe.send(result["cpu_percent_of_a_core"])
 
 
 # The raw floor: bare psycopg and the fastest correct SQL
@@ -370,6 +193,7 @@ def _raw_publish_many(db: psycopg.Connection[Any], count: int, per_tx: int = 100
 
 
 class RawPsycopg(Measured):
+    engine = "postgres"
     name = "raw psycopg"
     notes = (
         "bare psycopg 3, autocommit; enqueue/publish = INSERT ... RETURNING id, pg_notify(); "

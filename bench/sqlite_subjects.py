@@ -1,4 +1,5 @@
-"""The SQLite subjects: alkstore, the raw ``sqlite3`` floor, and ``honker``.
+"""The SQLite subjects: alkstore (``alkstore_subject``), the raw ``sqlite3`` floor,
+and ``honker``.
 
 Each measurement runs in a fresh file (``sqlite_file()``). Worker and
 listener processes are spawned, so everything they run is a module-level
@@ -15,301 +16,41 @@ import multiprocessing.connection
 import platform
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from _harness import (
     Sizes,
     Subject,
-    in_processes,
-    latency_split,
     peer_process,
     per_second,
-    percentile,
     sqlite_file,
     wake_latencies,
 )
-
-import alkstore
+from _measured import (
+    BATCH,
+    CHANNEL,
+    PAGE,
+    QUEUE,
+    STREAM,
+    WAKE_TIMEOUT_S,
+    Measured,
+    backlog_rounds,
+    check_count,
+    drain_seconds,
+)
+from alkstore_subject import Alkstore
 
 __all__ = ["subjects"]
 
-QUEUE = "bench"
-STREAM = "bench"
-CHANNEL = "bench"
-BATCH = 32
-PAGE = 1000
 VISIBILITY_S = 300.0
-WAKE_TIMEOUT_S = 10.0
 POLL_S = 0.001
 """How often the raw floor's waiting side reads ``PRAGMA data_version``."""
 
 
 def subjects() -> list[Subject]:
-    return [AlkstoreSqlite(), RawSqlite(), Honker()]
-
-
-class _Measured:
-    """Dispatch ``measure(operation)`` to ``_<operation>`` methods.
-
-    The two quantiles of a latency (``*_p50``, ``*_p99``) come from one
-    sampling, made once per run size and kept (a failure is kept too).
-    """
-
-    name = ""
-    engine = "sqlite"
-
-    def __init__(self) -> None:
-        self._samples: dict[tuple[str, Sizes], list[float] | BaseException] = {}
-
-    def unavailable(self) -> str | None:
-        return None
-
-    def measure(self, operation: str, sizes: Sizes) -> float | None:
-        split = latency_split(operation)
-        if split is None:
-            method = getattr(self, f"_{operation}", None)
-            if method is None:
-                return None
-            return float(method(sizes))
-        base, fraction = split
-        method = getattr(self, f"_{base}", None)
-        if method is None:
-            return None
-        key = (base, sizes)
-        if key not in self._samples:
-            try:
-                self._samples[key] = method(sizes)
-            except Exception as exc:
-                self._samples[key] = exc
-        samples = self._samples[key]
-        if isinstance(samples, BaseException):
-            raise samples
-        return percentile(samples, fraction)
-
-    def _claim_backlog_300(self, sizes: Sizes) -> float:
-        return self._claim_backlog(300, sizes)
-
-    def _claim_backlog_3000(self, sizes: Sizes) -> float:
-        return self._claim_backlog(3_000, sizes)
-
-    def _claim_backlog_30000(self, sizes: Sizes) -> float:
-        return self._claim_backlog(30_000, sizes)
-
-    def _claim_backlog(self, backlog: int, sizes: Sizes) -> float:
-        raise NotImplementedError
-
-
-def _backlog_rounds(
-    backlog: int, claims: int, top_up: Callable[[int], object], claim_and_ack: Callable[[], bool]
-) -> float:
-    """Claims per second with the ready backlog kept within [0.9 B, B].
-
-    ``top_up(count)`` enqueues ``count`` jobs, untimed; each timed round
-    claims and acks ``min(B // 10, left)`` jobs with ``claim_and_ack``.
-    """
-    top_up(backlog)
-    timed = 0.0
-    left = claims
-    while left > 0:
-        round_size = min(max(backlog // 10, 1), left)
-        started = time.perf_counter()
-        for _ in range(round_size):
-            if not claim_and_ack():
-                raise RuntimeError("the backlog ran dry: a claim found nothing")
-        timed += time.perf_counter() - started
-        left -= round_size
-        top_up(round_size)
-    return claims / timed
-
-
-# alkstore, through the public API only
-
-
-class AlkstoreSqlite(_Measured):
-    name = "alkstore"
-    notes = (
-        "public API: enqueue, transaction()+enqueue_tx, claim_one/ack, claim_batch/ack_batch, "
-        "publish, publish_tx, read_since, notify/listen, queue.wait"
-    )
-
-    def _enqueue_1(self, sizes: Sizes) -> float:
-        with sqlite_file() as path, alkstore.open(str(path)) as store:
-            queue = store.queue(QUEUE)
-
-            def run() -> None:
-                for n in range(sizes.enqueues):
-                    queue.enqueue({"n": n})
-
-            return per_second(sizes.enqueues, run)
-
-    def _enqueue_100(self, sizes: Sizes) -> float:
-        with sqlite_file() as path, alkstore.open(str(path)) as store:
-            return per_second(sizes.enqueues, lambda: _alk_enqueue_many(store, sizes.enqueues))
-
-    def _drain_one_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=False)
-
-    def _drain_one_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=False)
-
-    def _drain_batch_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=True)
-
-    def _drain_batch_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=True)
-
-    def _drain(self, sizes: Sizes, workers: int, *, batch: bool) -> float:
-        with sqlite_file() as path:
-            with alkstore.open(str(path)) as store:
-                _alk_enqueue_many(store, sizes.drain_jobs, per_tx=1_000)
-            seconds = in_processes(_alk_drain, {"path": str(path), "batch": batch}, workers)
-            with alkstore.open(str(path)) as store:
-                _check_drained(store.queue(QUEUE).claim_one("check") is None)
-        return sizes.drain_jobs / seconds
-
-    def _claim_backlog(self, backlog: int, sizes: Sizes) -> float:
-        with sqlite_file() as path, alkstore.open(str(path)) as store:
-            queue = store.queue(QUEUE)
-
-            def claim_and_ack() -> bool:
-                job = queue.claim_one("w")
-                return job is not None and job.ack()
-
-            return _backlog_rounds(
-                backlog,
-                sizes.claims_per_backlog,
-                lambda count: _alk_enqueue_many(store, count, per_tx=1_000),
-                claim_and_ack,
-            )
-
-    def _notify_wake(self, sizes: Sizes) -> list[float]:
-        with sqlite_file() as path, alkstore.open(str(path)) as store:
-            argument = {"path": str(path), "samples": sizes.latency_samples}
-            with peer_process(_alk_listener, argument) as pipe:
-                return wake_latencies(
-                    pipe, sizes.latency_samples, lambda n, t0: store.notify(CHANNEL, {"n": n})
-                )
-
-    def _enqueue_claim(self, sizes: Sizes) -> list[float]:
-        with sqlite_file() as path, alkstore.open(str(path)) as store:
-            queue = store.queue(QUEUE)
-            argument = {"path": str(path), "samples": sizes.latency_samples}
-            with peer_process(_alk_parked_worker, argument) as pipe:
-                return wake_latencies(
-                    pipe, sizes.latency_samples, lambda n, t0: queue.enqueue({"n": n, "t0": t0})
-                )
-
-    def _publish_1(self, sizes: Sizes) -> float:
-        with sqlite_file() as path, alkstore.open(str(path)) as store:
-            stream = store.stream(STREAM)
-
-            def run() -> None:
-                for n in range(sizes.enqueues):
-                    stream.publish({"n": n})
-
-            return per_second(sizes.enqueues, run)
-
-    def _publish_100(self, sizes: Sizes) -> float:
-        with sqlite_file() as path, alkstore.open(str(path)) as store:
-            return per_second(sizes.enqueues, lambda: _alk_publish_many(store, sizes.enqueues))
-
-    def _replay(self, sizes: Sizes) -> float:
-        with sqlite_file() as path, alkstore.open(str(path)) as store:
-            _alk_publish_many(store, sizes.events, per_tx=1_000)
-            stream = store.stream(STREAM)
-
-            def run() -> None:
-                offset, count = 0, 0
-                while page := stream.read_since(offset, PAGE):
-                    count += len(page)
-                    offset = page[-1].offset
-                _check_count("replayed events", count, sizes.events)
-
-            return per_second(sizes.events, run)
-
-    def _idle_cpu(self, sizes: Sizes) -> float:
-        with sqlite_file() as path:
-            argument = {"target": str(path), "seconds": sizes.idle_seconds}
-            with peer_process(_alk_idle, argument, timeout=sizes.idle_seconds + 30) as pipe:
-                if not pipe.poll(sizes.idle_seconds + 30):
-                    raise TimeoutError("the idle measurement did not report")
-                return float(pipe.recv())
-
-
-def _alk_enqueue_many(store: alkstore.Store, count: int, per_tx: int = 100) -> None:
-    for start in range(0, count, per_tx):
-        with store.transaction() as tx:
-            for n in range(start, min(start + per_tx, count)):
-                tx.enqueue_tx(QUEUE, None, {"n": n})
-
-
-def _alk_publish_many(store: alkstore.Store, count: int, per_tx: int = 100) -> None:
-    for start in range(0, count, per_tx):
-        with store.transaction() as tx:
-            for n in range(start, min(start + per_tx, count)):
-                tx.publish_tx(STREAM, {"n": n})
-
-
-def _alk_drain(index: int, argument: dict[str, Any]) -> None:
-    worker = f"w{index}"
-    with alkstore.open(argument["path"]) as store:
-        queue = store.queue(QUEUE)
-        argument["ready"]()
-        if argument["batch"]:
-            while jobs := queue.claim_batch(worker, BATCH):
-                queue.ack_batch([job.id for job in jobs], worker)
-        else:
-            while (job := queue.claim_one(worker)) is not None:
-                job.ack()
-
-
-def _alk_listener(argument: dict[str, Any], pipe: multiprocessing.connection.Connection) -> None:
-    with alkstore.open(argument["path"]) as store, store.listen(CHANNEL) as wakes:
-        for n in range(argument["samples"]):
-            while wakes.recv(0) is not None:  # a repeated wake of the last sample
-                pass
-            pipe.send("armed")
-            if wakes.recv(WAKE_TIMEOUT_S) is None:
-                raise TimeoutError(f"sample {n}: no wake")
-            pipe.send((n, time.time()))
-
-
-def _alk_parked_worker(
-    argument: dict[str, Any], pipe: multiprocessing.connection.Connection
-) -> None:
-    with alkstore.open(argument["path"]) as store:
-        queue = store.queue(QUEUE)
-        for _ in range(argument["samples"]):
-            while (stray := queue.claim_one("parked")) is not None:
-                stray.ack()
-            pipe.send("armed")
-            while True:
-                if not queue.wait(WAKE_TIMEOUT_S):
-                    raise TimeoutError("no wake for the enqueued job")
-                job = queue.claim_one("parked")
-                if job is not None:
-                    claimed = time.time()
-                    job.ack()
-                    pipe.send((job.payload["n"], claimed))
-                    break
-
-
-def _alk_idle(argument: dict[str, Any], pipe: multiprocessing.connection.Connection) -> None:
-    idle = importlib.import_module("idle")
-    result = idle.measure(argument["target"], argument["seconds"])
-    pipe.send(result["cpu_percent_of_a_core"])
-
-
-def _check_drained(empty: bool) -> None:
-    if not empty:
-        raise RuntimeError("the workers stopped with jobs left in the queue")
-
-
-def _check_count(what: str, found: int, expected: int) -> None:
-    if found != expected:
-        raise RuntimeError(f"{what}: {found}, expected {expected}")
+    return [Alkstore("sqlite"), RawSqlite(), Honker()]
 
 
 # The raw floor: the bare sqlite3 module and the fastest correct SQL
@@ -428,7 +169,8 @@ def _raw_wait_for_commit(db: sqlite3.Connection, seen: int, timeout: float) -> i
         time.sleep(POLL_S)
 
 
-class RawSqlite(_Measured):
+class RawSqlite(Measured):
+    engine = "sqlite"
     name = "raw sqlite3"
     notes = (
         "bare sqlite3, WAL + synchronous=NORMAL, autocommit statements; claim = one "
@@ -468,9 +210,10 @@ class RawSqlite(_Measured):
         with _raw_file() as path:
             with _raw_connect(path) as db:
                 _raw_enqueue_many(db, sizes.drain_jobs, per_tx=1_000)
-            seconds = in_processes(_raw_drain, {"path": str(path), "batch": batch}, workers)
+            seconds = drain_seconds(_raw_drain, {"path": str(path), "batch": batch}, workers)
             with _raw_connect(path) as db:
-                _check_drained(db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0)
+                left = db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]
+            check_count("jobs left after the drain", left, 0)
         return sizes.drain_jobs / seconds
 
     def _claim_backlog(self, backlog: int, sizes: Sizes) -> float:
@@ -480,7 +223,7 @@ class RawSqlite(_Measured):
                 jobs = _raw_claim(db, "w", 1)
                 return bool(jobs) and _raw_ack(db, "w", jobs[0])
 
-            return _backlog_rounds(
+            return backlog_rounds(
                 backlog,
                 sizes.claims_per_backlog,
                 lambda count: _raw_enqueue_many(db, count, per_tx=1_000),
@@ -532,7 +275,7 @@ class RawSqlite(_Measured):
                     page = [(id_, json.loads(payload)) for id_, payload in rows]
                     count += len(page)
                     offset = page[-1][0]
-                _check_count("replayed events", count, sizes.events)
+                check_count("replayed events", count, sizes.events)
 
             return per_second(sizes.events, run)
 
@@ -586,7 +329,8 @@ def _raw_parked_worker(
 HONKER_VERSION = "0.5.0"
 
 
-class Honker(_Measured):
+class Honker(Measured):
+    engine = "sqlite"
     name = "honker"
 
     def __init__(self) -> None:
