@@ -80,6 +80,21 @@ class Measured:
             raise kept
         return kept
 
+    def _drain_one_1w(self, sizes: Sizes) -> float | None:
+        return self._drain(sizes, 1, batch=False)
+
+    def _drain_one_4w(self, sizes: Sizes) -> float | None:
+        return self._drain(sizes, 4, batch=False)
+
+    def _drain_batch_1w(self, sizes: Sizes) -> float | None:
+        return self._drain(sizes, 1, batch=True)
+
+    def _drain_batch_4w(self, sizes: Sizes) -> float | None:
+        return self._drain(sizes, 4, batch=True)
+
+    def _drain(self, sizes: Sizes, workers: int, *, batch: bool) -> float | None:
+        return None
+
     def _claim_backlog_300(self, sizes: Sizes) -> float | None:
         return self._claim_backlog(300, sizes)
 

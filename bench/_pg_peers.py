@@ -133,12 +133,12 @@ class Pgqueuer(Measured):
             )
 
     def _drain_batch_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1)
+        return self._drain_workers(sizes, 1)
 
     def _drain_batch_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4)
+        return self._drain_workers(sizes, 4)
 
-    def _drain(self, sizes: Sizes, workers: int) -> float:
+    def _drain_workers(self, sizes: Sizes, workers: int) -> float:
         with self._place() as (url, loop, queries):
             _run(loop, _pgq_fill(queries, sizes.drain_jobs, FILL))
             seconds = drain_seconds(_pgq_drain, self._argument(url), workers)
@@ -304,18 +304,18 @@ class Procrastinate(Measured):
             return _run(loop, _rate(sizes.enqueues, lambda: _pro_fill(task, sizes.enqueues, 100)))
 
     def _drain_one_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1)
+        return self._drain_workers(sizes, 1)
 
     def _drain_one_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4)
+        return self._drain_workers(sizes, 4)
 
     def _drain_batch_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1)
+        return self._drain_workers(sizes, 1)
 
     def _drain_batch_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4)
+        return self._drain_workers(sizes, 4)
 
-    def _drain(self, sizes: Sizes, workers: int) -> float:
+    def _drain_workers(self, sizes: Sizes, workers: int) -> float:
         """One drain per worker count and run size: its one figure fills both drain rows."""
 
         def drain() -> float:

@@ -74,18 +74,6 @@ class Alkstore(Measured):
         with self._place() as url, alkstore.open(url) as store:
             return per_second(sizes.enqueues, lambda: _alk_enqueue_many(store, sizes.enqueues))
 
-    def _drain_one_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=False)
-
-    def _drain_one_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=False)
-
-    def _drain_batch_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=True)
-
-    def _drain_batch_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=True)
-
     def _drain(self, sizes: Sizes, workers: int, *, batch: bool) -> float:
         with self._place() as url:
             with alkstore.open(url) as store:

@@ -216,18 +216,6 @@ class RawPsycopg(Measured):
         with _raw_database() as url, _raw_connect(url) as db:
             return per_second(sizes.enqueues, lambda: _raw_enqueue_many(db, sizes.enqueues))
 
-    def _drain_one_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=False)
-
-    def _drain_one_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=False)
-
-    def _drain_batch_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=True)
-
-    def _drain_batch_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=True)
-
     def _drain(self, sizes: Sizes, workers: int, *, batch: bool) -> float:
         with _raw_database() as url:
             with _raw_connect(url) as db:

@@ -194,18 +194,6 @@ class RawSqlite(Measured):
         with _raw_file() as path, _raw_connect(path) as db:
             return per_second(sizes.enqueues, lambda: _raw_enqueue_many(db, sizes.enqueues))
 
-    def _drain_one_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=False)
-
-    def _drain_one_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=False)
-
-    def _drain_batch_1w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 1, batch=True)
-
-    def _drain_batch_4w(self, sizes: Sizes) -> float:
-        return self._drain(sizes, 4, batch=True)
-
     def _drain(self, sizes: Sizes, workers: int, *, batch: bool) -> float:
         with _raw_file() as path:
             with _raw_connect(path) as db:

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 from alkstore._values import Wake
 
-__all__ = ["BufferedWakeReceiver", "Receiver", "WakeReceiver"]
+__all__ = ["BufferedWakeReceiver", "Receiver", "WakeReceiver", "resolve_future"]
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Receiver[Any]")
@@ -198,10 +198,11 @@ class BufferedWakeReceiver(WakeReceiver):
         for loop, waiter in self._async_waiters:
             # A closed event loop raises RuntimeError: nobody awaits there any more.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_resolve, waiter)
+                loop.call_soon_threadsafe(resolve_future, waiter)
         self._async_waiters.clear()
 
 
-def _resolve(waiter: asyncio.Future[None]) -> None:
+def resolve_future(waiter: asyncio.Future[None]) -> None:
+    """Complete ``waiter`` unless it is already done (cancelled, say); run on its loop."""
     if not waiter.done():
         waiter.set_result(None)

@@ -29,6 +29,7 @@ from alkstore._names import check_identifier
 from alkstore._options import check_duration, check_int
 from alkstore._outbox import Outbox
 from alkstore._queue import MAX_BATCH, Queue
+from alkstore._receivers import resolve_future
 from alkstore._running import RunStats, call_to_completion
 from alkstore._signals import SIGNAL_CHECK_S, stop_on_signals
 from alkstore._store import StopSignal, Store, default_owner
@@ -284,7 +285,7 @@ class Worker:
         def park() -> None:
             self._park()
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(_resolve, woken)
+                loop.call_soon_threadsafe(resolve_future, woken)
 
         _start_daemon(park, name="alkstore-parker")
         return woken
@@ -472,11 +473,6 @@ class Worker:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.to_thread(self._release, self._all_held())
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 def _start_daemon(target: Callable[..., None], *args: Any, name: str) -> None:

@@ -9,13 +9,22 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import pytest
 
 from alkstore.engine import StoreTarget, TestProvider
 
-__all__ = ["OpenStore", "eventually", "finish", "needs", "spawn", "start_thread"]
+__all__ = [
+    "OpenStore",
+    "Runs",
+    "StartRunning",
+    "eventually",
+    "finish",
+    "needs",
+    "spawn",
+    "start_thread",
+]
 
 import alkstore
 
@@ -23,6 +32,16 @@ T = TypeVar("T")
 
 OpenStore = Callable[[], alkstore.Store]
 """Opens another store on the test's target (the ``open_store`` fixture)."""
+
+
+class Runs(Protocol):
+    """A Worker or a Consumer: something that runs until its stop signal is set."""
+
+    def run(self, stop: threading.Event) -> None: ...
+
+
+StartRunning = Callable[[Runs], threading.Event]
+"""Starts one on a thread and returns its stop signal (the ``running`` fixture)."""
 
 OPEN_TARGET = """
 import json, sys, alkstore

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, settings
 import alkstore
 from alkstore.engine import Capabilities, StoreTarget, TestProvider
 from alkstore_contract_tests.plugin import PROVIDER
-from alkstore_contract_tests.suite._support import OpenStore
+from alkstore_contract_tests.suite._support import OpenStore, Runs, StartRunning, start_thread
 
 settings.register_profile(
     "alkstore-suite",
@@ -81,3 +82,20 @@ def scheduler_lease_s(provider: TestProvider) -> float:
 def multi_process(capabilities: Capabilities) -> None:
     if not capabilities.shared_between_processes:
         pytest.skip("the engine declares stores are not shared between processes")
+
+
+@pytest.fixture
+def running() -> Iterator[StartRunning]:
+    """Start Workers or Consumers on threads; stop them (and wait for them) after the test."""
+    started: list[tuple[threading.Event, threading.Thread]] = []
+
+    def run(runner: Runs) -> threading.Event:
+        stop = threading.Event()
+        started.append((stop, start_thread(lambda: runner.run(stop))))
+        return stop
+
+    yield run
+    for stop, thread in started:
+        stop.set()
+        thread.join(30)
+        assert not thread.is_alive(), f"{thread.name} did not stop"

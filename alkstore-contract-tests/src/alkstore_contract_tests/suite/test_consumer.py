@@ -4,34 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
 
 import pytest
 
 import alkstore
 from alkstore import Consumer, StreamEvent, TxHandle
-from alkstore_contract_tests.suite._support import eventually, start_thread
-
-
-@pytest.fixture
-def running() -> Iterator[Callable[[Consumer], threading.Event]]:
-    """Start a consumer on a thread; stop it (and wait for it) after the test."""
-    started: list[tuple[threading.Event, threading.Thread]] = []
-
-    def run(consumer: Consumer) -> threading.Event:
-        stop = threading.Event()
-        started.append((stop, start_thread(lambda: consumer.run(stop))))
-        return stop
-
-    yield run
-    for stop, thread in started:
-        stop.set()
-        thread.join(30)
-        assert not thread.is_alive(), "a consumer did not stop"
+from alkstore_contract_tests.suite._support import StartRunning, eventually, start_thread
 
 
 def test_a_consumer_handles_events_in_order_and_saves_its_offset(
-    store: alkstore.Store, running: Callable[[Consumer], threading.Event]
+    store: alkstore.Store, running: StartRunning
 ) -> None:
     stream = store.stream("orders")
     offsets = [stream.publish(n) for n in range(30)]
@@ -44,7 +26,7 @@ def test_a_consumer_handles_events_in_order_and_saves_its_offset(
 
 
 def test_a_consumer_resumes_after_its_saved_offset(
-    store: alkstore.Store, running: Callable[[Consumer], threading.Event]
+    store: alkstore.Store, running: StartRunning
 ) -> None:
     stream = store.stream("orders")
     offsets = [stream.publish(n) for n in range(5)]
@@ -56,7 +38,7 @@ def test_a_consumer_resumes_after_its_saved_offset(
 
 
 def test_a_failing_event_is_retried_and_never_skipped(
-    store: alkstore.Store, running: Callable[[Consumer], threading.Event]
+    store: alkstore.Store, running: StartRunning
 ) -> None:
     stream = store.stream("orders")
     offsets = [stream.publish(n) for n in range(4)]
@@ -75,7 +57,7 @@ def test_a_failing_event_is_retried_and_never_skipped(
 
 
 def test_a_transactional_consumer_commits_its_writes_with_its_offset(
-    store: alkstore.Store, running: Callable[[Consumer], threading.Event]
+    store: alkstore.Store, running: StartRunning
 ) -> None:
     stream = store.stream("orders")
     offsets = [stream.publish(n) for n in range(3)]

@@ -6,36 +6,16 @@ import asyncio
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
 
 import pytest
 
 import alkstore
 from alkstore import EnqueueOpts, Job, JobInfo, QueueOpts, Worker
 from alkstore.engine import StoreTarget
-from alkstore_contract_tests.suite._support import eventually, spawn, start_thread
+from alkstore_contract_tests.suite._support import StartRunning, eventually, spawn, start_thread
 
 
-@pytest.fixture
-def running() -> Iterator[Callable[[Worker], threading.Event]]:
-    """Start a worker on a thread; stop it (and wait for it) after the test."""
-    started: list[tuple[threading.Event, threading.Thread]] = []
-
-    def run(worker: Worker) -> threading.Event:
-        stop = threading.Event()
-        started.append((stop, start_thread(lambda: worker.run(stop))))
-        return stop
-
-    yield run
-    for stop, thread in started:
-        stop.set()
-        thread.join(30)
-        assert not thread.is_alive(), "a worker did not stop"
-
-
-def test_a_worker_handles_and_acks_every_job(
-    store: alkstore.Store, running: Callable[[Worker], threading.Event]
-) -> None:
+def test_a_worker_handles_and_acks_every_job(store: alkstore.Store, running: StartRunning) -> None:
     seen: list[int] = []
     worker = Worker(store, "work", lambda job: seen.append(job.payload), concurrency=3)
     with store.transaction() as tx:
@@ -47,7 +27,7 @@ def test_a_worker_handles_and_acks_every_job(
 
 
 def test_a_batch_claiming_worker_handles_every_job_once(
-    store: alkstore.Store, running: Callable[[Worker], threading.Event]
+    store: alkstore.Store, running: StartRunning
 ) -> None:
     seen: list[int] = []
     worker = Worker(store, "work", lambda job: seen.append(job.payload), batch_size=16)
@@ -60,7 +40,7 @@ def test_a_batch_claiming_worker_handles_every_job_once(
 
 
 def test_a_parked_worker_is_woken_by_an_enqueue_not_a_poll(
-    store: alkstore.Store, peer: alkstore.Store, running: Callable[[Worker], threading.Event]
+    store: alkstore.Store, peer: alkstore.Store, running: StartRunning
 ) -> None:
     handled = threading.Event()
     running(Worker(store, "work", lambda job: handled.set(), idle_wait_s=60))
@@ -70,7 +50,7 @@ def test_a_parked_worker_is_woken_by_an_enqueue_not_a_poll(
 
 
 def test_a_failing_handler_retries_with_its_error_recorded(
-    store: alkstore.Store, running: Callable[[Worker], threading.Event]
+    store: alkstore.Store, running: StartRunning
 ) -> None:
     def handler(job: Job) -> None:
         raise ValueError(f"cannot handle {job.payload}")
@@ -88,7 +68,7 @@ def test_a_failing_handler_retries_with_its_error_recorded(
 
 
 def test_a_job_failing_its_last_attempt_is_dead_lettered(
-    store: alkstore.Store, running: Callable[[Worker], threading.Event]
+    store: alkstore.Store, running: StartRunning
 ) -> None:
     def handler(job: Job) -> None:
         raise RuntimeError("no")
@@ -105,7 +85,7 @@ def test_a_job_failing_its_last_attempt_is_dead_lettered(
 
 
 def test_a_long_job_is_heartbeated_past_its_visibility_timeout(
-    store: alkstore.Store, peer: alkstore.Store, running: Callable[[Worker], threading.Event]
+    store: alkstore.Store, peer: alkstore.Store, running: StartRunning
 ) -> None:
     queue = store.queue("work", QueueOpts(visibility_timeout_s=0.3))
     job_id = queue.enqueue("slow")
@@ -190,9 +170,7 @@ def test_stopping_releases_claimed_jobs_not_yet_started(store: alkstore.Store) -
     assert worker.stats().released == 7
 
 
-def test_an_outbox_is_delivered_by_a_worker(
-    store: alkstore.Store, running: Callable[[Worker], threading.Event]
-) -> None:
+def test_an_outbox_is_delivered_by_a_worker(store: alkstore.Store, running: StartRunning) -> None:
     delivered: list[object] = []
     with store.transaction() as tx:
         tx.outbox_enqueue_tx("webhooks", None, {"order": 1})
@@ -202,9 +180,7 @@ def test_an_outbox_is_delivered_by_a_worker(
     assert delivered == [{"order": 1}]
 
 
-def test_a_coroutine_handler_runs_under_run(
-    store: alkstore.Store, running: Callable[[Worker], threading.Event]
-) -> None:
+def test_a_coroutine_handler_runs_under_run(store: alkstore.Store, running: StartRunning) -> None:
     seen: list[int] = []
 
     async def handler(job: Job) -> None:
