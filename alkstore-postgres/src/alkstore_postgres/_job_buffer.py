@@ -1,97 +1,102 @@
-"""Enqueues inside a transaction, sent to the server together.
+"""Enqueues inside a transaction, held back and sent to the server together.
 
-A transaction's first enqueue is one ``INSERT … RETURNING id`` as usual.
-From the second on, job ids are reserved from the table's sequence in
-blocks (as large as the store's last batch, then growing), so
-``enqueue_tx`` returns its id at once and the rows wait here; they are sent
-as one statement of column arrays, pipelined with one wake per queue, before
-anything else runs on the connection and always before commit. A hundred
-enqueues in a transaction cost a handful of round trips, not a hundred.
+A store reserves job ids from the table's sequence ahead of use, in blocks
+(:class:`JobIds`), so ``enqueue_tx`` returns its id at once and the row waits
+in the transaction's :class:`JobBuffer`. The waiting rows go out as one
+statement of column arrays, with one wake per queue, pipelined before
+anything else runs on the connection and always before commit: a
+transaction of a hundred enqueues is one round trip, not a hundred.
+
+Reserved ids are never handed out twice; ids reserved by a process that
+ends unused are gaps, as sequences always allow.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from alkstore.engine import JobStamp
-from alkstore_postgres._queue import QUEUE_KEY, insert_job, job_params
+from alkstore_postgres._queue import QUEUE_KEY, STAMP_COLUMNS, stamp_columns
 
 if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["JobBuffer"]
+__all__ = ["JobBuffer", "JobIds"]
 
+_BUFFERED_COLUMNS = ("id", "payload", *STAMP_COLUMNS)
 _FIRST_BLOCK = 16
 _LARGEST_BLOCK = 4096
+
+
+class JobIds:
+    """Job ids taken from the jobs table's sequence ahead of use, for one store.
+
+    Blocks double with each refill, up to 4,096: a store that enqueues
+    often reaches the server for ids rarely.
+    """
+
+    def __init__(self, reserve_statement: str) -> None:
+        self._reserve = reserve_statement
+        self._ids: deque[int] = deque()
+        self._block = _FIRST_BLOCK
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<JobIds {len(self._ids)} reserved, next block {self._block}>"
+
+    def take(self, connection: psycopg.Connection) -> int:
+        """The next reserved id, reserving a block on ``connection`` when none is left."""
+        with self._lock:
+            if not self._ids:
+                found = connection.execute(self._reserve, {"reserve": self._block}).fetchall()
+                self._ids.extend(sorted(int(row[0]) for row in found))
+                self._block = min(self._block * 2, _LARGEST_BLOCK)
+            return int(self._ids.popleft())
 
 
 class JobBuffer:
     """The enqueues of one transaction not yet sent to the server."""
 
-    def __init__(self, store: PostgresStore, connection: psycopg.Connection) -> None:
+    def __init__(self, store: PostgresStore) -> None:
         self._store = store
-        self._connection = connection
-        self._reserved: deque[int] = deque()
-        # As many as the store's last batch: repeated transactions of N
-        # enqueues reserve their ids with their first insert, no extra trip.
-        self._block = store.enqueue_block_hint
-        self._rows: list[dict[str, Any]] = []
+        self._rows: list[tuple[Any, ...]] = []
         self._queues: set[str] = set()
-        self._enqueued = 0
 
-    def enqueue(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
-        """Add a job to the transaction; return its id."""
-        self._enqueued += 1
-        if self._enqueued == 1:
-            if not self._block:
-                return insert_job(self._store, self._connection, queue, stamp, payload_json)
-            return self._insert_reserving(queue, stamp, payload_json)
-        job_id = self._next_id()
-        self._rows.append({"id": job_id, **job_params(queue, stamp, payload_json)})
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __repr__(self) -> str:
+        return f"<JobBuffer {len(self._rows)} jobs for {sorted(self._queues)}>"
+
+    def enqueue(
+        self, connection: psycopg.Connection, queue: str, stamp: JobStamp, payload_json: str
+    ) -> int:
+        """Hold a job for the transaction on ``connection``; return its id."""
+        job_id = self._store.job_ids.take(connection)
+        self._rows.append((job_id, payload_json, *stamp_columns(queue, stamp)))
         self._queues.add(queue)
         return job_id
 
-    def flush(self) -> None:
-        """Send the waiting rows, and a wake for each of their queues, in one round trip."""
+    def send(self, connection: psycopg.Connection) -> None:
+        """Send the held rows, and a wake for each of their queues, on ``connection``.
+
+        The caller holds a pipeline open, so nothing waits for the server here.
+        """
         if not self._rows:
-            if self._enqueued == 1:
-                self._store.enqueue_block_hint = 0  # single enqueues: reserve nothing
             return
         rows, queues = self._rows, self._queues
         self._rows, self._queues = [], set()
-        columns = {name: [row[name] for row in rows] for name in rows[0]}
-        sql = self._store.sql
-        with self._connection.pipeline(), self._connection.cursor() as cursor:
-            cursor.execute(sql.enqueue_reserved, columns)
-            for queue in queues:
-                cursor.execute(sql.notify, self._store.wake_params(QUEUE_KEY + queue))
-        self._store.enqueue_block_hint = min(max(len(rows), _FIRST_BLOCK), _LARGEST_BLOCK)
+        columns = dict(zip(_BUFFERED_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
+        store = self._store
+        connection.execute(store.sql.enqueue_reserved, columns)
+        for queue in sorted(queues):
+            connection.execute(store.sql.notify, store.wake_params(QUEUE_KEY + queue))
 
     def discard(self) -> None:
-        """Forget the waiting rows (the transaction rolled back)."""
+        """Forget the held rows (the transaction rolled back)."""
         self._rows.clear()
         self._queues.clear()
-
-    def _insert_reserving(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
-        """Insert the first job, reserving ids for the ones expected to follow."""
-        params = {
-            **job_params(queue, stamp, payload_json),
-            **self._store.wake_params(QUEUE_KEY + queue),
-            "reserve": self._block,
-        }
-        row = self._connection.execute(self._store.sql.enqueue_reserving, params).fetchone()
-        assert row is not None
-        self._reserved.extend(int(job_id) for job_id in row[2])
-        self._block = min(self._block * 4, _LARGEST_BLOCK)
-        return int(row[0])
-
-    def _next_id(self) -> int:
-        if not self._reserved:
-            block = max(self._block, _FIRST_BLOCK)
-            found = self._connection.execute(self._store.sql.reserve_job_ids, {"reserve": block})
-            self._reserved.extend(int(row[0]) for row in found.fetchall())
-            self._block = min(block * 4, _LARGEST_BLOCK)
-        return self._reserved.popleft()

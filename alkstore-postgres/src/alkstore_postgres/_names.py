@@ -8,6 +8,7 @@ the listener delivers only on an exact match: collisions are never seen.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 __all__ = ["channel_identifier", "stored", "unstored"]
@@ -34,6 +35,7 @@ def unstored(text: str) -> str:
     return "".join(out)
 
 
+@functools.lru_cache(maxsize=1024)
 def channel_identifier(schema: str, key: str) -> str:
     """The LISTEN/NOTIFY channel for ``key`` in ``schema``: 44 ASCII characters."""
     digest = hashlib.blake2b(f"{schema}\x00{key}".encode(), digest_size=20).hexdigest()

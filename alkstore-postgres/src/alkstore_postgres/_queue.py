@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -14,29 +15,39 @@ from alkstore_postgres._names import stored, unstored
 if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["QUEUE_KEY", "PostgresQueue", "insert_job", "job_info", "job_params"]
+__all__ = [
+    "QUEUE_KEY", "STAMP_COLUMNS", "PostgresQueue", "insert_job", "job_info", "stamp_columns",
+]  # fmt: skip
 
 QUEUE_KEY = "__alkstore_queue:"
+
+STAMP_COLUMNS = (
+    "queue", "priority", "run_at", "delay", "expires_in", "max_attempts", "visibility",
+    "backoff", "retention",
+)  # fmt: skip
+"""The bind parameters of a new job row besides its id and payload."""
 
 
 def insert_job(
     store: PostgresStore, connection: psycopg.Connection, queue: str, stamp: JobStamp, payload: str
 ) -> int:
     """Insert a job row on ``connection`` (and wake the queue's waiters at commit)."""
-    params = {**job_params(queue, stamp, payload), **store.wake_params(QUEUE_KEY + queue)}
-    row = connection.execute(store.sql.enqueue, params).fetchone()
+    params = dict(zip(STAMP_COLUMNS, stamp_columns(queue, stamp), strict=True), payload=payload)
+    row = connection.execute(
+        store.sql.enqueue, {**params, **store.wake_params(QUEUE_KEY + queue)}
+    ).fetchone()
     assert row is not None
     return int(row[0])
 
 
-def job_params(queue: str, stamp: JobStamp, payload: str) -> dict[str, Any]:
-    """The bind parameters of a new job row, as the enqueue statements name them."""
-    return {
-        "queue": stored(queue), "payload": payload, "priority": stamp.priority,
-        "run_at": stamp.run_at, "delay": stamp.delay_s, "expires_in": stamp.expires_in_s,
-        "max_attempts": stamp.max_attempts, "visibility": stamp.visibility_timeout_s,
-        "backoff": stamp.backoff_base_s, "retention": stamp.dead_letter_retention_s,
-    }  # fmt: skip
+@functools.lru_cache(maxsize=256)
+def stamp_columns(queue: str, stamp: JobStamp) -> tuple[Any, ...]:
+    """The values of ``STAMP_COLUMNS`` for a job of ``queue`` with ``stamp``."""
+    return (
+        stored(queue), stamp.priority, stamp.run_at, stamp.delay_s, stamp.expires_in_s,
+        stamp.max_attempts, stamp.visibility_timeout_s, stamp.backoff_base_s,
+        stamp.dead_letter_retention_s,
+    )  # fmt: skip
 
 
 class PostgresQueue(Queue):

@@ -123,18 +123,18 @@ class Statements:
             "SELECT nextval(pg_get_serial_sequence('{s}.jobs', 'id')) "
             "FROM generate_series(1, %(reserve)s)"
         )
-        self.enqueue_reserving = f"{self.enqueue}, ARRAY({self.reserve_job_ids})"
-        # One statement for any number of rows: a column array per parameter.
+        # One statement for any number of rows: a column array per parameter, sent
+        # in binary (%(...)b): text arrays would be escaped element by element.
         self.enqueue_reserved = render(
             "INSERT INTO {s}.jobs (id, queue, payload, priority, run_at, created_at, expires_at, "
             "max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
             "OVERRIDING SYSTEM VALUE "
             "SELECT id, queue, payload, priority, COALESCE(run_at, {now} + delay), {now}, "
             "{now} + expires_in, max_attempts, visibility, backoff, retention "
-            "FROM unnest(%(id)s::bigint[], %(queue)s::text[], %(payload)s::text[], "
-            "%(priority)s::int[], %(run_at)s::float8[], %(delay)s::float8[], "
-            "%(expires_in)s::float8[], %(max_attempts)s::int[], %(visibility)s::float8[], "
-            "%(backoff)s::float8[], %(retention)s::float8[]) "
+            "FROM unnest(%(id)b::bigint[], %(queue)b::text[], %(payload)b::text[], "
+            "%(priority)b::int[], %(run_at)b::float8[], %(delay)b::float8[], "
+            "%(expires_in)b::float8[], %(max_attempts)b::int[], %(visibility)b::float8[], "
+            "%(backoff)b::float8[], %(retention)b::float8[]) "
             "AS t(id, queue, payload, priority, run_at, delay, expires_in, max_attempts, "
             "visibility, backoff, retention)"
         )

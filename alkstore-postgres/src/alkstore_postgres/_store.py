@@ -25,6 +25,7 @@ from alkstore.engine import (
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._errors import translate
 from alkstore_postgres._inspect import PostgresInspector
+from alkstore_postgres._job_buffer import JobIds
 from alkstore_postgres._listener import Listener
 from alkstore_postgres._lock import PostgresLock, acquire
 from alkstore_postgres._names import channel_identifier, stored
@@ -48,8 +49,8 @@ class PostgresStore(Store):
         super().__init__(f"postgresql://{address} schema={settings.schema}")
         self.settings = settings
         self.sql = Statements(settings.schema)
-        self.enqueue_block_hint = 0
-        """How many enqueues the last buffered batch held (see ``_job_buffer``)."""
+        self.job_ids = JobIds(self.sql.reserve_job_ids)
+        """Job ids reserved for enqueues in transactions (see ``_job_buffer``)."""
         self._conninfo = conninfo
         self._address = address
         with _connect_errors(address):

@@ -10,7 +10,8 @@ below N. The price: publishers to one stream serialise on their commits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -26,16 +27,15 @@ __all__ = ["STREAM_KEY", "PostgresStream", "insert_event", "raise_offset"]
 
 STREAM_KEY = "__alkstore_stream:"
 
+Execute = Callable[[str, dict[str, Any]], psycopg.Cursor[Any]]
+"""Runs one statement: ``connection.execute``, or a transaction's own runner."""
+
 
 def insert_event(
-    store: PostgresStore,
-    connection: psycopg.Connection,
-    stream: str,
-    key: str | None,
-    payload_json: str,
+    store: PostgresStore, execute: Execute, stream: str, key: str | None, payload_json: str
 ) -> int:
-    """Append an event on ``connection``; return its offset."""
-    row = connection.execute(
+    """Append an event with ``execute``; return its offset."""
+    row = execute(
         store.sql.publish,
         {
             "stream": stored(stream),
@@ -49,13 +49,13 @@ def insert_event(
 
 
 def raise_offset(
-    store: PostgresStore, connection: psycopg.Connection, stream: str, consumer: str, offset: int
+    store: PostgresStore, execute: Execute, stream: str, consumer: str, offset: int
 ) -> bool:
     """Move the consumer's offset up to ``offset``; True if it moved."""
     if offset == 0:
         return False
     params = {"stream": stored(stream), "consumer": stored(consumer), "offset": offset}
-    return connection.execute(store.sql.save_offset, params).rowcount == 1
+    return execute(store.sql.save_offset, params).rowcount == 1
 
 
 class PostgresStream(Stream):
@@ -65,7 +65,7 @@ class PostgresStream(Stream):
 
     def _publish(self, key: str | None, payload_json: str) -> int:
         with translate(f"publish to {self.name!r}"), self._store.connection() as connection:
-            return insert_event(self._store, connection, self.name, key, payload_json)
+            return insert_event(self._store, connection.execute, self.name, key, payload_json)
 
     def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
         params = {"stream": stored(self.name), "offset": offset, "limit": limit}
@@ -90,7 +90,7 @@ class PostgresStream(Stream):
 
     def _save_offset(self, consumer: str, offset: int) -> bool:
         with translate(f"save offset of {consumer!r}"), self._store.connection() as connection:
-            return raise_offset(self._store, connection, self.name, consumer, offset)
+            return raise_offset(self._store, connection.execute, self.name, consumer, offset)
 
     def _watch(self) -> WakeReceiver:
         return self._store.subscribe(STREAM_KEY + self.name)

@@ -23,7 +23,13 @@ __all__ = ["PostgresTx"]
 
 class PostgresTx(TxHandle):
     """An open transaction. Notifies sent in it are delivered at commit only,
-    by PostgreSQL itself."""
+    by PostgreSQL itself.
+
+    On the engine's own connections nothing reaches the server until it has
+    to: ``BEGIN`` and the held enqueues go out pipelined with the first
+    statement that needs an answer, or with ``COMMIT``. A transaction of
+    enqueues only is one round trip.
+    """
 
     _store: PostgresStore
 
@@ -36,63 +42,83 @@ class PostgresTx(TxHandle):
         super().__init__(store)
         self._connection = connection
         self._give_back = give_back
-        # Only on the engine's own connections: on an adopted one the caller
-        # runs statements and commits behind our back, so every write goes now.
-        self._jobs = JobBuffer(store, connection) if give_back is not None else None
+        # An adopted connection is already in its transaction, and the caller
+        # runs statements and commits behind our back: every write goes now.
+        self._begun = give_back is None
+        self._jobs = JobBuffer(store) if give_back is not None else None
         # A forgotten handle must not hold its locks and its connection forever.
         self._abandon = (
             weakref.finalize(self, _roll_back, connection, give_back) if give_back else None
         )
 
+    def __repr__(self) -> str:
+        sent = "begun" if self._begun else "not yet begun"
+        held = f", {len(self._jobs)} enqueues held" if self._jobs else ""
+        return f"<{type(self).__name__} {self.state.value}, {sent}{held}>"
+
     @property
     def connection(self) -> psycopg.Connection:
-        """The ``psycopg.Connection`` this transaction runs on (enqueues so far sent)."""
-        self._send_jobs()
+        """The ``psycopg.Connection`` this transaction runs on (begun, enqueues so far sent)."""
+        if self._pending:
+            with translate("begin a transaction"), self._connection.pipeline():
+                self._send_pending()
         return self._connection
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
         with translate(f"enqueue into {queue!r}"):
             if self._jobs is None:
                 return insert_job(self._store, self._connection, queue, stamp, payload_json)
-            return self._jobs.enqueue(queue, stamp, payload_json)
+            return self._jobs.enqueue(self._connection, queue, stamp, payload_json)
 
-    def _send_jobs(self) -> None:
-        """Send buffered enqueues: before any other statement, so order is kept."""
-        if self._jobs is not None:
-            with translate("enqueue"):
-                self._jobs.flush()
+    @property
+    def _pending(self) -> bool:
+        """Whether BEGIN or held enqueues still have to reach the server."""
+        return not self._begun or bool(self._jobs)
+
+    def _send_pending(self) -> None:
+        """Send BEGIN and the held enqueues; the caller holds a pipeline open."""
+        if not self._begun:
+            self._connection.execute("BEGIN")
+            self._begun = True
+        if self._jobs:
+            self._jobs.send(self._connection)
+
+    def _run(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
+        """Run ``sql`` in the transaction, in one round trip with what is pending."""
+        if not self._pending:
+            return self._connection.execute(sql, params)
+        with self._connection.pipeline():
+            self._send_pending()
+            return self._connection.execute(sql, params)
 
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
-        self._send_jobs()
         with translate(f"publish to {stream!r}"):
-            return insert_event(self._store, self._connection, stream, key, payload_json)
+            return insert_event(self._store, self._run, stream, key, payload_json)
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
-        self._send_jobs()
         with translate(f"notify {channel!r}"):
-            self._connection.execute(self._store.sql.notify, self._store.wake_params(channel))
+            self._run(self._store.sql.notify, self._store.wake_params(channel))
 
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
-        self._send_jobs()
         with translate(f"save offset of {consumer!r}"):
-            return raise_offset(self._store, self._connection, stream, consumer, offset)
+            return raise_offset(self._store, self._run, stream, consumer, offset)
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        self._send_jobs()
         with translate("execute"):
-            cursor = self._connection.execute(sql, params)
+            cursor = self._run(sql, params)
             return cursor.fetchall() if cursor.description is not None else []
 
     def _commit(self) -> None:
         try:
+            if not self._begun and not self._jobs:
+                return  # nothing was sent: nothing to commit
             try:
-                self._send_jobs()
+                with translate("commit"):
+                    self._run("COMMIT")
             except BaseException:
                 with contextlib.suppress(psycopg.Error):
                     self._connection.execute("ROLLBACK")
                 raise
-            with translate("commit"):
-                self._connection.execute("COMMIT")
         finally:
             self._end()
 
@@ -100,8 +126,9 @@ class PostgresTx(TxHandle):
         if self._jobs is not None:
             self._jobs.discard()
         try:
-            with translate("rollback"):
-                self._connection.execute("ROLLBACK")
+            if self._begun:
+                with translate("rollback"):
+                    self._connection.execute("ROLLBACK")
         finally:
             self._end()
 

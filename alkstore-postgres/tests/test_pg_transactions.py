@@ -1,0 +1,106 @@
+"""Transactions on the engine's own connections: BEGIN and enqueues held until needed."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import psycopg
+import pytest
+
+import alkstore
+from alkstore_postgres._store import PostgresStore
+
+
+OpenStore = Callable[..., PostgresStore]
+
+
+def _jobs_table(store: PostgresStore) -> str:
+    return f'"{store.settings.schema}".jobs'
+
+
+def _count(store: PostgresStore) -> int:
+    with store.connection() as connection:
+        found = connection.execute(f"SELECT count(*) FROM {_jobs_table(store)}").fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def test_statements_in_a_transaction_see_its_held_enqueues_in_order(store: PostgresStore) -> None:
+    with store.transaction() as tx:
+        first = tx.enqueue_tx("q", None, "a")
+        second = tx.enqueue_tx("q", None, "b")
+        assert tx.execute(f"SELECT id FROM {_jobs_table(store)} ORDER BY id") == [
+            (first,),
+            (second,),
+        ]
+        third = tx.enqueue_tx("q", None, "c")
+        connection = tx.connection  # handed out begun, with every enqueue sent
+        assert connection.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        found = connection.execute(f"SELECT count(*) FROM {_jobs_table(store)}").fetchone()
+        assert found == (3,)
+    assert [job.id for job in store.queue("q").claim_batch("w", 10)] == [first, second, third]
+
+
+def test_a_held_enqueue_the_server_refuses_fails_the_commit_and_rolls_back_everything(
+    store: PostgresStore, dsn: str
+) -> None:
+    schema = store.settings.schema
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(f'CREATE TABLE "{schema}".orders (id int)')
+        admin.execute(f"ALTER TABLE {_jobs_table(store)} ADD CHECK (payload <> '\"poison\"')")
+    tx = store.begin_tx()
+    tx.execute(f'INSERT INTO "{schema}".orders VALUES (1)')
+    tx.enqueue_tx("q", None, "fine")
+    tx.enqueue_tx("q", None, "poison")  # held: the server sees it only at commit
+    with pytest.raises(alkstore.Database, match="commit failed: .*check constraint"):
+        tx.commit()
+    assert store.queue("q").claim_one("w") is None
+    with store.transaction() as again:  # the pooled connection came back clean
+        assert again.execute(f'SELECT count(*) FROM "{schema}".orders') == [(0,)]
+        again.enqueue_tx("q", None, "after")
+    job = store.queue("q").claim_one("w")
+    assert job is not None
+    assert job.payload == "after"
+
+
+def test_a_transaction_that_sent_nothing_commits_and_rolls_back_without_the_server(
+    store: PostgresStore,
+) -> None:
+    store.begin_tx().commit()
+    store.begin_tx().rollback()
+    tx = store.begin_tx()
+    tx.enqueue_tx("q", None, "dropped")
+    assert "1 enqueues held" in repr(tx)
+    tx.rollback()
+    assert _count(store) == 0
+
+
+def test_ids_reserved_ahead_are_unique_across_stores_and_threads(open_store: OpenStore) -> None:
+    stores = [open_store(), open_store()]
+    ids: list[int] = []
+    lock = threading.Lock()
+
+    def enqueue(store: PostgresStore, thread: int) -> None:
+        mine = []
+        for round_ in range(30):
+            with store.transaction() as tx:
+                mine += [tx.enqueue_tx("q", None, [thread, round_, n]) for n in range(7)]
+            mine.append(store.queue("q").enqueue([thread, round_, "alone"]))
+        with lock:
+            ids.extend(mine)
+
+    threads = [
+        threading.Thread(target=enqueue, args=(store, index * 2 + k))
+        for index, store in enumerate(stores)
+        for k in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(ids) == 4 * 30 * 8
+    assert len(set(ids)) == len(ids)
+    with stores[0].transaction() as tx:
+        stored_ids = tx.execute(f"SELECT id FROM {_jobs_table(stores[0])} ORDER BY id")
+    assert [row[0] for row in stored_ids] == sorted(ids)
