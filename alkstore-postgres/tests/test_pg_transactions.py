@@ -11,7 +11,6 @@ import pytest
 import alkstore
 from alkstore_postgres._store import PostgresStore
 
-
 OpenStore = Callable[..., PostgresStore]
 
 
@@ -53,7 +52,7 @@ def test_a_held_enqueue_the_server_refuses_fails_the_commit_and_rolls_back_every
     tx.execute(f'INSERT INTO "{schema}".orders VALUES (1)')
     tx.enqueue_tx("q", None, "fine")
     tx.enqueue_tx("q", None, "poison")  # held: the server sees it only at commit
-    with pytest.raises(alkstore.Database, match="commit failed: .*check constraint"):
+    with pytest.raises(alkstore.Database, match=r"commit failed: .*check constraint"):
         tx.commit()
     assert store.queue("q").claim_one("w") is None
     with store.transaction() as again:  # the pooled connection came back clean
@@ -104,3 +103,46 @@ def test_ids_reserved_ahead_are_unique_across_stores_and_threads(open_store: Ope
     with stores[0].transaction() as tx:
         stored_ids = tx.execute(f"SELECT id FROM {_jobs_table(stores[0])} ORDER BY id")
     assert [row[0] for row in stored_ids] == sorted(ids)
+
+
+def test_publishes_after_the_first_to_a_stream_are_held_and_keep_their_offsets(
+    store: PostgresStore,
+) -> None:
+    with store.transaction() as tx:
+        offsets = [tx.publish_with_key_tx("a", f"k{n}", {"n": n}) for n in range(5)]
+        offsets += [tx.publish_tx("b", {"n": n}) for n in range(3)]
+        offsets.append(tx.publish_tx("a", {"n": 5}))
+        assert "publishes held" in repr(tx)
+        events = f'"{store.settings.schema}".events'
+        assert tx.execute(f"SELECT count(*) FROM {events}") == [(9,)]
+    assert offsets == [1, 2, 3, 4, 5, 1, 2, 3, 6]
+    read = store.stream("a").read_since(0, 100)
+    assert [(e.offset, e.key, e.payload) for e in read] == [
+        (n + 1, f"k{n}" if n < 5 else None, {"n": n}) for n in range(6)
+    ]
+    with store.transaction() as tx:
+        assert tx.publish_tx("a", "next") == 7  # the head moved with the held events
+
+
+def test_a_savepoint_rolled_back_under_held_publishes_leaves_no_gap(store: PostgresStore) -> None:
+    with store.transaction() as tx:
+        assert tx.publish_tx("s", "kept") == 1
+        tx.execute("SAVEPOINT before")
+        assert tx.publish_tx("s", "undone") == 2
+        assert tx.publish_tx("s", "undone too") == 3
+        tx.execute("ROLLBACK TO SAVEPOINT before")
+        assert tx.publish_tx("s", "after") == 2
+        assert tx.publish_tx("s", "after too") == 3
+    read = store.stream("s").read_since(0, 100)
+    assert [(e.offset, e.payload) for e in read] == [(1, "kept"), (2, "after"), (3, "after too")]
+
+
+def test_a_rolled_back_transaction_leaves_its_held_publishes_unwritten(
+    store: PostgresStore,
+) -> None:
+    tx = store.begin_tx()
+    tx.publish_tx("s", 1)
+    tx.publish_tx("s", 2)
+    tx.rollback()
+    assert store.stream("s").read_since(0, 10) == []
+    assert store.stream("s").publish(3) == 1

@@ -227,6 +227,14 @@ class Statements:
             "SELECT %(stream)s, head, %(key)s, %(payload)s, {now} FROM head "
             'RETURNING "offset", pg_notify(%(channel)s, %(wake)s)'
         )
+        # A transaction's later publishes to a stream whose head it holds locked.
+        self.publish_held = render(
+            "WITH head AS (UPDATE {s}.stream_heads SET head = %(head)s WHERE stream = %(stream)s) "
+            'INSERT INTO {s}.events (stream, "offset", key, payload, created_at) '
+            'SELECT %(stream)s, "offset", key, payload, {now} '
+            "FROM unnest(%(offset)b::bigint[], %(key)b::text[], %(payload)b::text[]) "
+            'AS t("offset", key, payload)'
+        )
         self.read_since = render(
             'SELECT "offset", key, payload, created_at FROM {s}.events '
             'WHERE stream = %(stream)s AND "offset" > %(offset)s ORDER BY "offset" LIMIT %(limit)s'

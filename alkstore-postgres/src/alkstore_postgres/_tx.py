@@ -11,6 +11,7 @@ import psycopg
 
 from alkstore.engine import JobStamp, TxHandle
 from alkstore_postgres._errors import translate
+from alkstore_postgres._event_buffer import EventBuffer
 from alkstore_postgres._job_buffer import JobBuffer
 from alkstore_postgres._queue import insert_job
 from alkstore_postgres._stream import insert_event, raise_offset
@@ -26,9 +27,10 @@ class PostgresTx(TxHandle):
     by PostgreSQL itself.
 
     On the engine's own connections nothing reaches the server until it has
-    to: ``BEGIN`` and the held enqueues go out pipelined with the first
-    statement that needs an answer, or with ``COMMIT``. A transaction of
-    enqueues only is one round trip.
+    to: ``BEGIN``, held enqueues (``_job_buffer``) and held publishes
+    (``_event_buffer``) go out pipelined with the first statement that needs
+    an answer, or with ``COMMIT``. A transaction of enqueues only is one
+    round trip.
     """
 
     _store: PostgresStore
@@ -46,6 +48,7 @@ class PostgresTx(TxHandle):
         # runs statements and commits behind our back: every write goes now.
         self._begun = give_back is None
         self._jobs = JobBuffer(store) if give_back is not None else None
+        self._events = EventBuffer(store) if give_back is not None else None
         # A forgotten handle must not hold its locks and its connection forever.
         self._abandon = (
             weakref.finalize(self, _roll_back, connection, give_back) if give_back else None
@@ -53,15 +56,20 @@ class PostgresTx(TxHandle):
 
     def __repr__(self) -> str:
         sent = "begun" if self._begun else "not yet begun"
-        held = f", {len(self._jobs)} enqueues held" if self._jobs else ""
+        held = "".join(
+            f", {len(buffer)} {what} held"
+            for buffer, what in ((self._jobs, "enqueues"), (self._events, "publishes"))
+            if buffer
+        )
         return f"<{type(self).__name__} {self.state.value}, {sent}{held}>"
 
     @property
     def connection(self) -> psycopg.Connection:
-        """The ``psycopg.Connection`` this transaction runs on (begun, enqueues so far sent)."""
+        """The ``psycopg.Connection`` this transaction runs on (begun, everything held sent)."""
         if self._pending:
             with translate("begin a transaction"), self._connection.pipeline():
                 self._send_pending()
+        self._forget_heads()
         return self._connection
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
@@ -72,16 +80,23 @@ class PostgresTx(TxHandle):
 
     @property
     def _pending(self) -> bool:
-        """Whether BEGIN or held enqueues still have to reach the server."""
-        return not self._begun or bool(self._jobs)
+        """Whether BEGIN or held enqueues or publishes still have to reach the server."""
+        return not self._begun or bool(self._jobs) or bool(self._events)
 
     def _send_pending(self) -> None:
-        """Send BEGIN and the held enqueues; the caller holds a pipeline open."""
+        """Send BEGIN and what is held; the caller holds a pipeline open."""
         if not self._begun:
             self._connection.execute("BEGIN")
             self._begun = True
         if self._jobs:
             self._jobs.send(self._connection)
+        if self._events:
+            self._events.send(self._connection)
+
+    def _forget_heads(self) -> None:
+        """The caller's own statements may undo a head move (a savepoint): read heads again."""
+        if self._events is not None:
+            self._events.forget_heads()
 
     def _run(self, sql: str, params: Any = None) -> psycopg.Cursor[Any]:
         """Run ``sql`` in the transaction, in one round trip with what is pending."""
@@ -93,7 +108,13 @@ class PostgresTx(TxHandle):
 
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
         with translate(f"publish to {stream!r}"):
-            return insert_event(self._store, self._run, stream, key, payload_json)
+            if self._events is None:
+                return insert_event(self._store, self._run, stream, key, payload_json)
+            offset = self._events.publish(stream, key, payload_json)
+            if offset is None:
+                offset = insert_event(self._store, self._run, stream, key, payload_json)
+                self._events.locked(stream, offset)
+            return offset
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
         with translate(f"notify {channel!r}"):
@@ -106,6 +127,7 @@ class PostgresTx(TxHandle):
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with translate("execute"):
             cursor = self._run(sql, params)
+            self._forget_heads()
             return cursor.fetchall() if cursor.description is not None else []
 
     def _commit(self) -> None:
@@ -123,8 +145,9 @@ class PostgresTx(TxHandle):
             self._end()
 
     def _rollback(self) -> None:
-        if self._jobs is not None:
-            self._jobs.discard()
+        for buffer in (self._jobs, self._events):
+            if buffer is not None:
+                buffer.discard()
         try:
             if self._begun:
                 with translate("rollback"):
