@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -15,23 +17,39 @@ from alkstore import RECONNECT_CHANNEL, QueueOpts, Wake
 from alkstore_postgres._store import PostgresStore
 
 
-def terminate_backends(dsn: str, *, listener: bool) -> int:
-    """Kill the test's server backends: pooled ones, or the listener's."""
+@pytest.fixture
+def tagged(dsn: str, schema: str) -> Iterator[tuple[str, PostgresStore]]:
+    """A DSN naming its connections (``application_name``) and a store opened on it,
+    so a test kills its own backends, never another test's on the same server."""
+    name = f"alkstore_fault_{uuid.uuid4().hex[:12]}"
+    tagged_dsn = f"{dsn}{'&' if '?' in dsn else '?'}application_name={name}"
+    store = alkstore.open(tagged_dsn, schema=schema)
+    assert isinstance(store, PostgresStore)
+    try:
+        yield tagged_dsn, store
+    finally:
+        store.close()
+
+
+def terminate_backends(dsn: str, tagged_dsn: str, *, listener: bool) -> int:
+    """Kill the server backends of ``tagged_dsn``'s connections: pooled ones, or the listener's."""
     query = (
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        "WHERE pid <> pg_backend_pid() AND datname = current_database() "
-        "AND query "
+        "WHERE application_name = %s AND query "
         + ("LIKE 'LISTEN%%'" if listener else "NOT LIKE 'LISTEN%%'")
-        + " AND application_name = ''"
     )
+    name = psycopg.conninfo.conninfo_to_dict(tagged_dsn)["application_name"]
     with psycopg.connect(dsn, autocommit=True) as connection:
-        return len(connection.execute(query).fetchall())
+        return len(connection.execute(query, (name,)).fetchall())
 
 
-def test_a_killed_pooled_connection_costs_at_most_one_error(dsn: str, store: PostgresStore) -> None:
+def test_a_killed_pooled_connection_costs_at_most_one_error(
+    dsn: str, tagged: tuple[str, PostgresStore]
+) -> None:
+    tagged_dsn, store = tagged
     queue = store.queue("q")
     queue.enqueue(1)
-    assert terminate_backends(dsn, listener=False) >= 1
+    assert terminate_backends(dsn, tagged_dsn, listener=False) >= 1
     errors: list[alkstore.Database] = []
     for n in range(5):
         try:
@@ -43,11 +61,14 @@ def test_a_killed_pooled_connection_costs_at_most_one_error(dsn: str, store: Pos
     assert len(queue.claim_batch("w", 10)) >= 5
 
 
-def test_a_dropped_listener_reconnects_and_says_so(dsn: str, store: PostgresStore) -> None:
+def test_a_dropped_listener_reconnects_and_says_so(
+    dsn: str, tagged: tuple[str, PostgresStore]
+) -> None:
+    tagged_dsn, store = tagged
     peer = alkstore.open(dsn, schema=store.settings.schema)
     try:
         with store.listen("orders") as wakes:
-            assert terminate_backends(dsn, listener=True) >= 1
+            assert terminate_backends(dsn, tagged_dsn, listener=True) >= 1
             assert wakes.recv(15) == Wake(RECONNECT_CHANNEL)
             assert store.listener_reconnects == 1
             peer.notify("orders", 1)

@@ -147,3 +147,21 @@ def test_libpq_options_in_the_dsn_reach_the_server_intact(dsn: str, schema: str)
     target = f"{dsn}{separator}schema={schema}&options=-c%20application_name%3Dalktest"
     with alkstore.open(target) as store, store.transaction() as tx:
         assert tx.execute("SHOW application_name") == [("alktest",)]
+
+
+def test_connections_name_the_application_unless_the_dsn_does(dsn: str, schema: str) -> None:
+    plain = alkstore.open(dsn, schema=schema)
+    separator = "&" if "?" in dsn else "?"
+    named = alkstore.open(f"{dsn}{separator}application_name=mine", schema=schema)
+    try:
+        assert isinstance(plain, PostgresStore)
+        assert isinstance(named, PostgresStore)
+        with plain.connection() as connection:
+            own = connection.execute("SELECT current_setting('application_name')").fetchone()
+        assert own == ("alkstore",)
+        with named.connection() as connection:
+            own = connection.execute("SELECT current_setting('application_name')").fetchone()
+        assert own == ("mine",)
+    finally:
+        plain.close()
+        named.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -53,10 +54,17 @@ class PostgresStore(Store):
         """Job ids reserved for enqueues in transactions (see ``_job_buffer``)."""
         self._conninfo = conninfo
         self._address = address
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            # libpq takes whole seconds, and 0 would mean no timeout at all
+            "connect_timeout": max(1, math.ceil(settings.connect_timeout_s)),
+        }
+        # pg_stat_activity shows "alkstore" unless the DSN names the application
+        # (as a parameter, or in options=-c..., which the fallback would override).
+        if "application_name" not in conninfo:
+            self._connect_kwargs["fallback_application_name"] = "alkstore"
         with _connect_errors(address):
-            first = psycopg.connect(
-                conninfo, autocommit=True, connect_timeout=int(settings.connect_timeout_s)
-            )
+            first = psycopg.connect(conninfo, **self._connect_kwargs)
         try:
             with translate(f"preparing schema {settings.schema!r}"):
                 try:
@@ -69,7 +77,7 @@ class PostgresStore(Store):
             conninfo,
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
-            kwargs={"autocommit": True},
+            kwargs=self._connect_kwargs,
             timeout=settings.connect_timeout_s,
             open=False,
         )
@@ -78,9 +86,7 @@ class PostgresStore(Store):
         self._listener = Listener(self._listener_connection, settings.schema)
 
     def _listener_connection(self) -> psycopg.Connection:
-        return psycopg.connect(
-            self._conninfo, autocommit=True, connect_timeout=int(self.settings.connect_timeout_s)
-        )
+        return psycopg.connect(self._conninfo, **self._connect_kwargs)
 
     @property
     def listener_reconnects(self) -> int:
