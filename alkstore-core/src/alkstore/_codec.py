@@ -30,6 +30,9 @@ def _refuse_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
 
 
+# Made once: json.loads(text, parse_constant=...) builds a decoder per call.
+_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+
 _encoder = json.JSONEncoder(
     ensure_ascii=False,
     allow_nan=False,
@@ -78,7 +81,9 @@ def decode(text: str | bytes) -> Any:
         Codec: ``text`` is not valid JSON.
     """
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
+        if not isinstance(text, str):
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        return _decoder.decode(text)
     except (ValueError, RecursionError) as exc:
         raise Codec(f"stored payload is not valid JSON: {exc}") from exc
 

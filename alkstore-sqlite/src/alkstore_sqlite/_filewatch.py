@@ -45,11 +45,13 @@ class FolderWaiter:
         """True when file changes wake :meth:`wait` (inotify), not only its timeout."""
         return self._inotify is not None
 
-    def wait(self, timeout: float) -> None:
+    def wait(self, timeout: float) -> bool:
+        """Sleep until a change, a poke or ``timeout``; False when the timeout passed."""
         sources = [self._poke_read] if self._inotify is None else [self._poke_read, self._inotify]
         ready, _, _ = select.select(sources, [], [], timeout)
         for source in ready:
             _drain(source)
+        return bool(ready)
 
     def poke(self) -> None:
         with self._lock:

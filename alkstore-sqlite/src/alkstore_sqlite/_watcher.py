@@ -30,7 +30,10 @@ QUEUE_KEY = "__alkstore_queue:"
 STREAM_KEY = "__alkstore_stream:"
 SCHEDULES_KEY = "__alkstore_schedules"
 
-_BACKUP_POLL_S = 0.05
+# With inotify a commit always wakes the watcher (SQLite writes the WAL with
+# write(), never through a mapping); the poll only guards against the
+# unforeseen, and each wake costs an idle store CPU.
+_BACKUP_POLL_S = 0.5
 
 
 class Watcher:
@@ -134,14 +137,14 @@ class Watcher:
         # With inotify, commits wake the waiter and the poll only backs up a missed event.
         poll = max(min_gap, _BACKUP_POLL_S) if kernel_wakes else min_gap
         while not self._stopping:
-            waiter.wait(poll)
+            woken = waiter.wait(poll)
             current = _data_version(connection)
             if current != version:
                 version = current
                 keys = seen.changes(connection)
                 if keys:
                     self._fan_out(keys)
-            if kernel_wakes:
+            if woken and kernel_wakes:
                 # Under a stream of commits, look at most once per watch_interval_s:
                 # the next look covers every commit made meanwhile.
                 time.sleep(min_gap)
