@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable
 
@@ -146,3 +147,18 @@ def test_a_rolled_back_transaction_leaves_its_held_publishes_unwritten(
     tx.rollback()
     assert store.stream("s").read_since(0, 10) == []
     assert store.stream("s").publish(3) == 1
+
+
+@pytest.mark.parametrize("begun", [False, True])
+def test_a_forgotten_transaction_gives_its_connection_back_and_writes_nothing(
+    open_store: OpenStore, begun: bool
+) -> None:
+    store = open_store(pool_max_size=1, connect_timeout_s=3)
+    tx = store.begin_tx()
+    tx.enqueue_tx("q", None, "forgotten")
+    if begun:
+        tx.execute("SELECT 1")
+    del tx
+    gc.collect()
+    store.queue("q").enqueue("next")  # the pool's only connection came back
+    assert _count(store) == 1

@@ -164,7 +164,9 @@ class PostgresTx(TxHandle):
 def _roll_back(
     connection: psycopg.Connection, give_back: Callable[[psycopg.Connection], None]
 ) -> None:
-    with contextlib.suppress(psycopg.Error):
-        connection.execute("ROLLBACK")
+    idle = connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    if not idle:  # a handle that never began has nothing to roll back
+        with contextlib.suppress(psycopg.Error):
+            connection.execute("ROLLBACK")
     with contextlib.suppress(Exception):
         give_back(connection)
