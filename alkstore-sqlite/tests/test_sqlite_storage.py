@@ -92,6 +92,23 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> Non
         store.close()
 
 
+def test_opening_waits_for_a_writer_holding_a_new_file_before_it_is_wal(tmp_path: Path) -> None:
+    # SQLite refuses the switch to WAL at once while another connection
+    # writes, without waiting in its busy handler; opening must wait anyway.
+    path = tmp_path / "app.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE app (v)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO app VALUES (1)")
+    threading.Timer(0.3, writer.execute, ("COMMIT",)).start()
+    try:
+        with alkstore.open(path) as store:
+            assert store.queue("q").enqueue(1) > 0
+    finally:
+        time.sleep(0.4)
+        writer.close()
+
+
 def test_wal_and_synchronous_normal_by_default(store: SQLiteStore) -> None:
     with store.transaction() as tx:
         assert tx.execute("PRAGMA journal_mode") == [("wal",)]

@@ -174,7 +174,7 @@ def _prepare_file(path: str, settings: Settings) -> None:
     connection = connect(path, settings)
     try:
         with translate(f"preparing {path!r}"):
-            mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = _switch_to_wal(connection, settings.busy_timeout_s)
             if mode != "wal":
                 raise sqlite3.OperationalError(f"the file refused WAL mode (it stays {mode!r})")
             try:
@@ -183,6 +183,26 @@ def _prepare_file(path: str, settings: Settings) -> None:
                 raise Database(str(exc)) from exc
     finally:
         connection.close()
+
+
+def _switch_to_wal(connection: sqlite3.Connection, busy_timeout_s: float) -> str:
+    """Ask for WAL mode; return the journal mode the file is in.
+
+    Processes opening a new file at once race to switch it, and SQLite
+    answers the losers "database is locked" at once, without waiting in its
+    busy handler: so wait here, up to the busy timeout.
+    """
+    deadline = time.monotonic() + busy_timeout_s
+    pause = 0.001
+    while True:
+        try:
+            mode: str = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            return mode
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _same_file(one: str, other: str) -> bool:
