@@ -90,29 +90,25 @@ class Sizes:
     idle_seconds: float
 
     @classmethod
-    def full(cls) -> Sizes:
-        return cls(5_000, 10_000, (300, 3_000, 30_000), 1_000, 500, 20_000, 10.0)
-
-    @classmethod
-    def quick(cls) -> Sizes:
-        return cls(500, 1_500, (300, 3_000, 30_000), 200, 100, 3_000, 2.0)
-
-    @classmethod
     def for_run(cls, engine: str, *, quick: bool) -> Sizes:
         """The sizes ``run.py`` uses for ``engine``.
 
-        A full run uses :meth:`full` on every engine. ``--quick`` must finish
-        both engines in under 3 minutes on 2 cores: a PostgreSQL commit waits
-        for a WAL flush (about a millisecond here) where a SQLite commit in WAL
-        mode with ``synchronous=NORMAL`` does not, so the quick sizes are
-        larger on SQLite (less noise for the same time) and smaller on
-        PostgreSQL. Ratios only ever compare figures of one engine.
+        Each timed measurement should last long enough for timer and
+        scheduler noise not to matter. A PostgreSQL commit waits for a WAL
+        flush (about a millisecond here) where a SQLite commit in WAL mode
+        with ``synchronous=NORMAL`` does not, so SQLite gets ten times the
+        work for about the same time. ``--quick`` must finish both engines
+        in under 3 minutes on 2 cores. Ratios only ever compare figures of
+        one engine.
         """
-        if not quick:
-            return cls.full()
+        backlogs = (300, 3_000, 30_000)
         if engine == "sqlite":
-            return cls(2_000, 3_000, (300, 3_000, 30_000), 1_000, 200, 10_000, 2.0)
-        return cls(300, 600, (300, 3_000, 30_000), 200, 50, 3_000, 2.0)
+            if quick:
+                return cls(2_000, 3_000, backlogs, 1_000, 200, 10_000, 2.0)
+            return cls(50_000, 30_000, backlogs, 5_000, 500, 100_000, 10.0)
+        if quick:
+            return cls(300, 600, backlogs, 200, 50, 3_000, 2.0)
+        return cls(5_000, 10_000, backlogs, 1_000, 500, 20_000, 10.0)
 
 
 class Subject(Protocol):
