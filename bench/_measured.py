@@ -7,6 +7,7 @@ every subject, so figures of one engine compare.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import time
 from collections.abc import Callable
@@ -129,6 +130,17 @@ def backlog_rounds(
         left -= round_size
         top_up(round_size)
     return claims / timed
+
+
+def read_pages(read_page: Callable[[int], list[Any]], expected: int) -> None:
+    """Read a stream of ``(id, payload JSON)`` rows from 0, a page per ``read_page(after)``,
+    decoding each payload, and check that ``expected`` events came back."""
+    offset, count = 0, 0
+    while rows := read_page(offset):
+        page = [(id_, json.loads(payload)) for id_, payload in rows]
+        count += len(page)
+        offset = page[-1][0]
+    check_count("replayed events", count, expected)
 
 
 def check_count(what: str, found: object, expected: int) -> None:

@@ -87,6 +87,7 @@ from _measured import (
     backlog_rounds,
     check_count,
     drain_seconds,
+    read_pages,
 )
 from _pg_common import scalar
 from _pg_peers import Pgqueuer, Procrastinate
@@ -277,15 +278,10 @@ class RawPsycopg(Measured):
         with _raw_database() as url, _raw_connect(url) as db:
             _raw_publish_many(db, sizes.events, per_tx=1_000)
 
-            def run() -> None:
-                offset, count = 0, 0
-                while rows := db.execute(RAW_READ, (STREAM, offset, PAGE)).fetchall():
-                    page = [(id_, json.loads(payload)) for id_, payload in rows]
-                    count += len(page)
-                    offset = page[-1][0]
-                check_count("replayed events", count, sizes.events)
+            def read_page(after: int) -> list[Any]:
+                return db.execute(RAW_READ, (STREAM, after, PAGE)).fetchall()
 
-            return per_second(sizes.events, run)
+            return per_second(sizes.events, lambda: read_pages(read_page, sizes.events))
 
 
 def _raw_drain(index: int, argument: dict[str, Any]) -> None:

@@ -106,3 +106,16 @@ def _literal(text: str) -> str:
     import re
 
     return re.escape(text)
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "utf-16", "utf-32"])
+def test_stored_bytes_decode_in_any_json_encoding(encoding: str) -> None:
+    assert decode('{"name": "Zoë", "n": [1, 2.5]}'.encode(encoding)) == {
+        "name": "Zoë",
+        "n": [1, 2.5],
+    }
+
+
+def test_stored_bytes_that_are_not_text_are_a_codec_error() -> None:
+    with pytest.raises(alkstore.Codec, match="not valid JSON"):
+        decode(b'"\xff"')  # not UTF-8

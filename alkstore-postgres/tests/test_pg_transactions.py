@@ -64,7 +64,7 @@ def test_a_held_enqueue_the_server_refuses_fails_the_commit_and_rolls_back_every
     assert job.payload == "after"
 
 
-def test_a_transaction_that_sent_nothing_commits_and_rolls_back_without_the_server(
+def test_empty_transactions_end_cleanly_and_a_rollback_drops_held_enqueues(
     store: PostgresStore,
 ) -> None:
     store.begin_tx().commit()

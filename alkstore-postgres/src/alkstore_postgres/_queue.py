@@ -32,7 +32,7 @@ def insert_job(
     store: PostgresStore, connection: psycopg.Connection, queue: str, stamp: JobStamp, payload: str
 ) -> int:
     """Insert a job row on ``connection`` (and wake the queue's waiters at commit)."""
-    params = dict(zip(STAMP_COLUMNS, stamp_columns(queue, stamp), strict=True), payload=payload)
+    params = {**_stamp_params(queue, stamp), "payload": payload}
     row = connection.execute(
         store.sql.enqueue, {**params, **store.wake_params(QUEUE_KEY + queue)}
     ).fetchone()
@@ -48,6 +48,12 @@ def stamp_columns(queue: str, stamp: JobStamp) -> tuple[Any, ...]:
         stamp.max_attempts, stamp.visibility_timeout_s, stamp.backoff_base_s,
         stamp.dead_letter_retention_s,
     )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=256)
+def _stamp_params(queue: str, stamp: JobStamp) -> dict[str, Any]:
+    """``stamp_columns`` by name, as the single-row enqueue binds them (never mutated)."""
+    return dict(zip(STAMP_COLUMNS, stamp_columns(queue, stamp), strict=True))
 
 
 class PostgresQueue(Queue):
