@@ -117,7 +117,7 @@ def test_wal_and_synchronous_normal_by_default(store: SQLiteStore) -> None:
 
 def test_durability_full_is_an_option_and_a_url_parameter(path: str) -> None:
     for store in (alkstore.open(path, durability="full"),
-                  alkstore.open(f"sqlite://{path}?durability=full")):  # fmt: skip
+                  alkstore.open(f"sqlite:///{path}?durability=full")):  # fmt: skip
         try:
             with store.transaction() as tx:
                 assert tx.execute("PRAGMA synchronous") == [(2,)]

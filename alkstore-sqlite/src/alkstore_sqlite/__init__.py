@@ -1,8 +1,10 @@
 """The SQLite engine of alkstore: ``alkstore.open("app.db")``.
 
 Every mechanism lives in the application's own SQLite file, in tables named
-``__alkstore_*``: no server, any number of threads and processes. Options
-(keywords of ``alkstore.open`` or query parameters of a ``sqlite:///`` URL):
+``__alkstore_*``: no server, any number of threads and processes. Targets: a
+path (``app.db``, ``/srv/app.db``) or a URL in SQLAlchemy's form,
+``sqlite:///relative.db`` or ``sqlite:////abs/path.db`` (``sqlite+pysqlite://``
+too). Options (keywords of ``alkstore.open`` or the URL's query parameters):
 ``durability`` (``"normal"`` or ``"full"``), ``busy_timeout_s``,
 ``watch_interval_s`` and ``scheduler_lease_s``.
 """
@@ -23,7 +25,7 @@ _MIN_SQLITE = (3, 35, 0)  # UPDATE ... RETURNING
 
 
 class SQLiteEngine(Engine):
-    """Stores in one SQLite file: bare paths and ``sqlite:///path`` targets."""
+    """Stores in one SQLite file: paths, ``sqlite:///relative.db`` and ``sqlite:////abs.db``."""
 
     name = "sqlite"
     schemes = ("sqlite",)

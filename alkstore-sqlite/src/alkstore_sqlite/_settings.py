@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote
 
 from alkstore.engine import option_seconds
 
-__all__ = ["Settings", "parse_target"]
+__all__ = ["ACCEPTED_FORMS", "Settings", "parse_target"]
 
 Durability = Literal["normal", "full"]
 
@@ -55,27 +56,107 @@ class Settings:
 
 
 def parse_target(target: str) -> tuple[str, dict[str, str]]:
-    """Return the file path of ``target`` and the options in its query string.
+    """Return the absolute path of the file ``target`` names, and its URL options.
 
-    ``app.db`` and ``/abs/app.db`` are paths as written; ``sqlite:///abs/app.db``
-    and ``sqlite://rel/app.db`` are URLs whose query string may carry options.
+    Accepted forms (SQLAlchemy's and dj-database-url's convention):
+
+    - a path as written, relative to the working directory or absolute:
+      ``app.db``, ``/srv/app.db``;
+    - ``sqlite:///relative.db`` (relative to the working directory) and
+      ``sqlite:////abs/path.db`` (absolute), with engine options as a query
+      string (``?durability=full``); ``sqlite+<driver>://`` (SQLAlchemy's
+      ``sqlite+pysqlite``, ``sqlite+aiosqlite``) reads the same.
+
+    Nothing here touches the filesystem: a refused target never creates a file.
 
     Raises:
-        ValueError: an in-memory database, a ``file:`` URI, or no path.
+        ValueError: any other ``sqlite:`` form (``sqlite://host/x``,
+            ``sqlite://``, ``sqlite:``, ``sqlite:/x``, ``sqlite:x``), an
+            in-memory database, a ``file:`` URI, a PostgreSQL ``key=value``
+            connection string (the message never repeats it: it may hold a
+            password), or no path at all. The message lists the accepted forms.
     """
+    if _is_conninfo(target):
+        raise ValueError(_CONNINFO_REFUSED)
     options: dict[str, str] = {}
     path = target
-    if target[:9].lower() == "sqlite://":
-        rest, _, query = target[9:].partition("?")
-        path = unquote(rest)
-        options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
-    in_memory = os.path.basename(path) == ":memory:" or "mode=memory" in target
-    if in_memory or path.startswith("file:"):
+    scheme = _SQLITE_SCHEME.match(target)
+    if scheme is not None:
+        path, options = _parse_url(scheme[0], target[scheme.end() :])
+    _refuse_in_memory(target, path)
+    if _is_conninfo(path):
+        raise ValueError(_CONNINFO_REFUSED)
+    if not path:
+        raise ValueError(f"{target!r} names no file; {ACCEPTED_FORMS}")
+    return os.path.abspath(path), options
+
+
+ACCEPTED_FORMS = (
+    "a SQLite target is a file path ('app.db', '/srv/app.db') or a URL in SQLAlchemy's form: "
+    "'sqlite:///relative.db' (relative to the working directory) or "
+    "'sqlite:////abs/path.db' (absolute), options as a query string ('?durability=full')"
+)
+
+# "sqlite:" and SQLAlchemy's "sqlite+driver:", any case; a bare path never starts so.
+_SQLITE_SCHEME = re.compile(r"sqlite(?:\+[^:/?#]*)?:", re.IGNORECASE)
+
+# libpq's connection keywords: a target starting "keyword=" is a PostgreSQL
+# connection string, never meant as a file name (and it may hold a password).
+_LIBPQ_KEYWORDS = (
+    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth",
+    "channel_binding", "connect_timeout", "client_encoding", "options", "application_name",
+    "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+    "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
+    "requiressl", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode",
+    "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version",
+    "ssl_max_protocol_version", "krbsrvname", "gsslib", "gssdelegation", "service",
+    "target_session_attrs", "load_balance_hosts",
+)  # fmt: skip
+_CONNINFO_START = re.compile(rf"\s*(?:{'|'.join(_LIBPQ_KEYWORDS)})\s*=", re.IGNORECASE)
+_PASSWORD_PAIR = re.compile(r"\spassword\s*=", re.IGNORECASE)
+_CONNINFO_REFUSED = (
+    "this target is a PostgreSQL key=value connection string, not a SQLite file: open it "
+    "with the postgres engine (alkstore-postgres installed), e.g. as a URL "
+    "'postgresql://user@host/db'; a file whose name really starts that way is reached "
+    "through its folder: './name'"
+)
+
+
+def _is_conninfo(text: str) -> bool:
+    """Starts like a libpq connection string, or carries a ``password=`` word."""
+    return _CONNINFO_START.match(text) is not None or _PASSWORD_PAIR.search(text) is not None
+
+
+def _parse_url(scheme: str, rest: str) -> tuple[str, dict[str, str]]:
+    """Split what follows ``sqlite:`` into a path and options; refuse any other form.
+
+    The messages name the scheme, never the rest: a mistyped URL may hold a password.
+    """
+    if not rest.startswith("//"):
+        raise ValueError(f"a {scheme!r} URL must start '{scheme}///': {ACCEPTED_FORMS}")
+    location, _, query = rest[2:].partition("?")
+    host, slash, path = location.partition("/")
+    if host:
+        raise ValueError(
+            f"a {scheme!r} URL names no host: write three slashes before a relative path "
+            f"and four before an absolute one; {ACCEPTED_FORMS}"
+        )
+    if not slash:
+        raise ValueError(f"'{scheme}//' names no file; {ACCEPTED_FORMS}")
+    options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
+    return unquote(path), options
+
+
+def _refuse_in_memory(target: str, path: str) -> None:
+    in_memory = os.path.basename(path) == ":memory:" or path.startswith("file::memory:")
+    if in_memory or "mode=memory" in target:
         raise ValueError(
             f"{target!r}: an in-memory database cannot back an alkstore store, because "
             "wakes come from watching commits to a file that several connections share; "
             "use a file path (a temporary file works for tests)"
         )
-    if not path:
-        raise ValueError(f"{target!r} names no file: use a path such as 'app.db'")
-    return os.path.abspath(path), options
+    if path.startswith("file:"):
+        raise ValueError(
+            f"{target!r}: SQLite 'file:' URIs are not accepted (their parameters could "
+            f"change what the store relies on); {ACCEPTED_FORMS}"
+        )
