@@ -8,9 +8,10 @@ creates it) or current. The version lives in ``__alkstore_meta``, never in
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 
-__all__ = ["SCHEMA_VERSION", "migrate"]
+__all__ = ["SCHEMA_VERSION", "SchemaError", "migrate"]
 
 _V1 = """
 CREATE TABLE __alkstore_jobs (
@@ -100,30 +101,48 @@ CREATE TABLE __alkstore_schedules (
 ) WITHOUT ROWID;
 """
 
+_META = (
+    "CREATE TABLE IF NOT EXISTS __alkstore_meta "
+    "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
+)
 _MIGRATIONS = (_V1,)
 SCHEMA_VERSION = len(_MIGRATIONS)
+
+# Every engine table with its columns, one row per column (pragma_table_info
+# as a table-valued function: one cheap query over the schema, no table read).
+_SHAPE = r"""
+SELECT m.name, c.name FROM sqlite_master AS m, pragma_table_info(m.name) AS c
+WHERE m.type = 'table' AND m.name LIKE '\_\_alkstore\_%' ESCAPE '\'
+ORDER BY m.name, c.cid
+"""
+
+Shape = dict[str, tuple[str, ...]]
+
+
+class SchemaError(Exception):
+    """The file's engine tables are not what this alkstore-sqlite reads and writes."""
 
 
 def migrate(connection: sqlite3.Connection) -> int:
     """Bring the file's engine tables to :data:`SCHEMA_VERSION`; return the version found.
 
+    Then check that every engine table has exactly the columns this version
+    uses, so a damaged or hand-altered file is refused at open rather than
+    failing later, on whichever call first touches the altered part.
+
     Raises:
-        RuntimeError: the file was written by a newer alkstore-sqlite.
+        SchemaError: the file was written by a newer alkstore-sqlite, its
+            stored version is not one this engine wrote, or an engine table
+            or column is missing or foreign (each named).
     """
     connection.execute("BEGIN IMMEDIATE")
     try:
-        connection.execute(
-            "CREATE TABLE IF NOT EXISTS __alkstore_meta "
-            "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
-        )
-        row = connection.execute(
-            "SELECT value FROM __alkstore_meta WHERE key = 'schema_version'"
-        ).fetchone()
-        found = int(row[0]) if row else 0
-        if found > SCHEMA_VERSION:
-            raise RuntimeError(
-                f"this file's alkstore schema is version {found}, newer than this "
-                f"alkstore-sqlite understands ({SCHEMA_VERSION}); upgrade alkstore-sqlite"
+        connection.execute(_META)
+        found = _stored_version(connection)
+        if found == 0 and _shape(connection).keys() - {"__alkstore_meta"}:
+            raise SchemaError(
+                "the file has alkstore tables but no schema version in __alkstore_meta "
+                "(the row 'schema_version' was deleted); restore the file from a backup"
             )
         for script in _MIGRATIONS[found:]:
             for statement in _statements(script):
@@ -133,11 +152,76 @@ def migrate(connection: sqlite3.Connection) -> int:
             "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
             (str(SCHEMA_VERSION),),
         )
+        _verify_shape(_shape(connection))
         connection.execute("COMMIT")
     except BaseException:
         connection.execute("ROLLBACK")
         raise
     return found
+
+
+def _stored_version(connection: sqlite3.Connection) -> int:
+    """The version in ``__alkstore_meta``: 0 when there is none yet."""
+    row = connection.execute(
+        "SELECT value FROM __alkstore_meta WHERE key = 'schema_version'"
+    ).fetchone()
+    if row is None:
+        return 0
+    text = str(row[0])
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise SchemaError(
+            f"the alkstore schema version stored in __alkstore_meta is {row[0]!r}, which "
+            f"no alkstore-sqlite writes (it writes whole numbers, {SCHEMA_VERSION} today); "
+            "the file was altered: restore it from a backup"
+        )
+    version = int(text)
+    if version > SCHEMA_VERSION:
+        raise SchemaError(
+            f"this file's alkstore schema is version {version}, newer than this "
+            f"alkstore-sqlite understands ({SCHEMA_VERSION}); upgrade alkstore-sqlite"
+        )
+    return version
+
+
+def _verify_shape(found: Shape) -> None:
+    problems: list[str] = []
+    for table, columns in _expected_shape().items():
+        have = found.get(table)
+        if have is None:
+            problems.append(f"table {table} is missing")
+            continue
+        missing = [column for column in columns if column not in have]
+        foreign = [column for column in have if column not in columns]
+        if missing:
+            problems.append(f"{table} lacks column {', '.join(missing)}")
+        if foreign:
+            problems.append(f"{table} has unexpected column {', '.join(foreign)}")
+    if problems:
+        raise SchemaError(
+            f"the alkstore tables (schema version {SCHEMA_VERSION}) were altered: "
+            f"{'; '.join(problems)}; restore the file from a backup"
+        )
+
+
+def _shape(connection: sqlite3.Connection) -> Shape:
+    shape: dict[str, list[str]] = {}
+    for table, column in connection.execute(_SHAPE):
+        shape.setdefault(table, []).append(column)
+    return {table: tuple(columns) for table, columns in shape.items()}
+
+
+@functools.cache
+def _expected_shape() -> Shape:
+    """The tables and columns the migrations create, read from a scratch in-memory database."""
+    scratch = sqlite3.connect(":memory:")
+    try:
+        scratch.execute(_META)
+        for script in _MIGRATIONS:
+            for statement in _statements(script):
+                scratch.execute(statement)
+        return _shape(scratch)
+    finally:
+        scratch.close()
 
 
 def _statements(script: str) -> list[str]:

@@ -26,7 +26,7 @@ from alkstore_sqlite._lock import SQLiteLock, acquire
 from alkstore_sqlite._pool import ConnectionPool, connect
 from alkstore_sqlite._queue import SQLiteQueue
 from alkstore_sqlite._scheduler import run_schedules
-from alkstore_sqlite._schema import migrate
+from alkstore_sqlite._schema import SchemaError, migrate
 from alkstore_sqlite._settings import Settings
 from alkstore_sqlite._stream import SQLiteStream
 from alkstore_sqlite._tx import SQLiteTx
@@ -170,7 +170,13 @@ class SQLiteStore(Store):
 
 
 def _prepare_file(path: str, settings: Settings) -> None:
-    """Switch the file to WAL and bring the engine tables up to date."""
+    """Switch the file to WAL, bring the engine tables up to date and check their shape.
+
+    Raises:
+        Database: the file cannot be opened or written, is not a database,
+            refuses WAL, or holds engine tables this version cannot use
+            (newer, altered or damaged: the message names what is wrong).
+    """
     connection = connect(path, settings)
     try:
         with translate(f"preparing {path!r}"):
@@ -179,8 +185,8 @@ def _prepare_file(path: str, settings: Settings) -> None:
                 raise sqlite3.OperationalError(f"the file refused WAL mode (it stays {mode!r})")
             try:
                 migrate(connection)
-            except RuntimeError as exc:
-                raise Database(str(exc)) from exc
+            except SchemaError as exc:
+                raise Database(f"cannot open {path!r}: {exc}") from None
     finally:
         connection.close()
 

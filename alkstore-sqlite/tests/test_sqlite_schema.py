@@ -1,0 +1,113 @@
+"""Opening checks the engine tables: an altered or damaged file is refused, by name, at once."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+import alkstore
+from alkstore_sqlite._schema import SCHEMA_VERSION
+
+
+@contextmanager
+def raw(path: str) -> Iterator[sqlite3.Connection]:
+    """A plain driver connection, as another program would use: commit, then close."""
+    connection = sqlite3.connect(path)
+    try:
+        with connection:
+            yield connection
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def made(path: str) -> str:
+    """A file the engine created, with a job in it, closed again."""
+    with alkstore.open(path) as store:
+        store.queue("q").enqueue("kept")
+    return path
+
+
+def stored_version(path: str) -> str:
+    with raw(path) as connection:
+        row = connection.execute(
+            "SELECT value FROM __alkstore_meta WHERE key = 'schema_version'"
+        ).fetchone()
+        return str(row[0])
+
+
+def alter(path: str, sql: str) -> None:
+    with raw(path) as connection:
+        connection.execute(sql)
+
+
+@pytest.mark.parametrize(
+    ("table", "column"),
+    [("__alkstore_jobs", "last_error"), ("__alkstore_dead", "worker_id"),
+     ("__alkstore_events", "key"), ("__alkstore_schedules", "anchor")],
+)  # fmt: skip
+def test_a_dropped_column_is_refused_at_open_naming_table_and_column(
+    made: str, table: str, column: str
+) -> None:
+    alter(made, f"ALTER TABLE {table} DROP COLUMN {column}")
+    with pytest.raises(alkstore.Database, match=f"{table} lacks column {column}") as raised:
+        alkstore.open(made)
+    assert made in str(raised.value)
+
+
+def test_a_dropped_table_is_refused_at_open(made: str) -> None:
+    alter(made, "DROP TABLE __alkstore_offsets")
+    with pytest.raises(alkstore.Database, match="table __alkstore_offsets is missing"):
+        alkstore.open(made)
+
+
+def test_every_problem_is_named_at_once(made: str) -> None:
+    alter(made, "DROP TABLE __alkstore_locks")
+    alter(made, "ALTER TABLE __alkstore_jobs DROP COLUMN visibility_timeout_s")
+    alter(made, "ALTER TABLE __alkstore_notices ADD COLUMN note TEXT")
+    with pytest.raises(alkstore.Database) as raised:
+        alkstore.open(made)
+    message = str(raised.value)
+    assert "__alkstore_jobs lacks column visibility_timeout_s" in message
+    assert "table __alkstore_locks is missing" in message
+    assert "__alkstore_notices has unexpected column note" in message
+
+
+@pytest.mark.parametrize(
+    "version", ["abc", "", "0", "-1", "1.0", " 1", "\u0661"]
+)  # the last: a digit int() reads as 1
+def test_a_stored_version_the_engine_never_wrote_is_refused_and_left_alone(
+    made: str, version: str
+) -> None:
+    alter(made, f"UPDATE __alkstore_meta SET value = '{version}' WHERE key = 'schema_version'")
+    with pytest.raises(alkstore.Database, match="schema version stored in __alkstore_meta is"):
+        alkstore.open(made)
+    assert stored_version(made) == version  # the refused open rolled back, writing nothing
+
+
+def test_a_newer_version_still_asks_for_an_upgrade(made: str) -> None:
+    alter(made, f"UPDATE __alkstore_meta SET value = '{SCHEMA_VERSION + 1}'")
+    with pytest.raises(alkstore.Database, match="upgrade alkstore-sqlite"):
+        alkstore.open(made)
+
+
+def test_engine_tables_without_a_stored_version_are_refused(made: str) -> None:
+    alter(made, "DELETE FROM __alkstore_meta")
+    with pytest.raises(alkstore.Database, match="alkstore tables but no schema version"):
+        alkstore.open(made)
+
+
+def test_an_intact_file_reopens_with_its_data(made: str) -> None:
+    with alkstore.open(made) as store:
+        assert [job.payload for job in store.queue("q").claim_batch("w", 10)] == ["kept"]
+    assert stored_version(made) == str(SCHEMA_VERSION)
+
+
+def test_application_tables_and_columns_are_not_the_engines_business(made: str) -> None:
+    alter(made, "CREATE TABLE alkstore_orders (id INTEGER)")
+    alter(made, "CREATE TABLE orders (id INTEGER, __alkstore_note TEXT)")
+    with alkstore.open(made) as store:
+        assert store.queue("q").enqueue(1) > 0
