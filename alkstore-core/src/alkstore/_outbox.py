@@ -40,7 +40,12 @@ class Outbox:
         it on the backoff curve (dead letters after the last attempt), with the
         exception recorded as ``last_error``. Returns True if a send was
         handled, False if none was ready.
+
+        Raises:
+            TypeError: ``deliver`` is not callable (checked before any claim).
         """
+        if not callable(deliver):
+            raise TypeError(f"deliver must be callable, not {type(deliver).__name__}")
         job = self._queue.claim_one(worker_id)
         if job is None:
             return False

@@ -56,20 +56,42 @@ class Queue(abc.ABC):
         """Claim the next ready job for ``worker_id``; None when none is ready."""
         self._store._check_open()
         jobs = self._claim(check_identifier(worker_id, "worker_id"), 1)
-        return jobs[0] if jobs else None
+        if not jobs:
+            return None
+        self._store._claims.remember(self.name, jobs)
+        return jobs[0]
 
     def claim_batch(self, worker_id: str, n: int) -> list[Job]:
         """Claim up to ``n`` ready jobs in claim order; empty when none is ready."""
         self._store._check_open()
         worker_id = check_identifier(worker_id, "worker_id")
-        return self._claim(worker_id, check_int(n, "n", minimum=1, maximum=MAX_BATCH))
+        jobs = self._claim(worker_id, check_int(n, "n", minimum=1, maximum=MAX_BATCH))
+        if jobs:
+            self._store._claims.remember(self.name, jobs)
+        return jobs
 
-    def ack_batch(self, job_ids: Iterable[int], worker_id: str) -> int:
-        """Ack every job in ``job_ids`` that ``worker_id`` still holds; return how many."""
+    def ack_batch(self, job_ids: Iterable[int | Job], worker_id: str) -> int:
+        """Ack every job in ``job_ids`` that ``worker_id`` still holds; return how many.
+
+        Fenced like :meth:`Job.ack`: a job counts only while the claim it was
+        acked for still holds. Pass the claimed :class:`Job` handles, or their
+        ids: an id is fenced by the attempt of the claim this store handed to
+        ``worker_id``, so a stale id whose job was claimed again since (by
+        another process using the same worker id) acks nothing. An id this
+        store never handed to ``worker_id`` acks that worker's current claim.
+        """
         self._store._check_open()
         worker_id = check_identifier(worker_id, "worker_id")
-        ids = sorted({check_job_id(job_id) for job_id in job_ids})
-        return self._ack_batch(ids, worker_id) if ids else 0
+        claims: dict[int, int | None] = {}
+        for item in job_ids:
+            if isinstance(item, Job):
+                if not item._released:
+                    claims[item.id] = item.attempts
+            else:
+                job_id = check_job_id(item)
+                if job_id not in claims:
+                    claims[job_id] = self._store._claims.attempt(self.name, job_id, worker_id)
+        return self._ack_batch(sorted(claims.items()), worker_id) if claims else 0
 
     def cancel(self, job_id: int) -> bool:
         """Delete the job whatever its state (not an interrupt); True if it existed."""
@@ -112,8 +134,12 @@ class Queue(abc.ABC):
         """Claim up to ``n`` jobs atomically, in claim order."""
 
     @abc.abstractmethod
-    def _ack_batch(self, job_ids: list[int], worker_id: str) -> int:
-        """Delete the listed jobs still claimed by ``worker_id``; return the count."""
+    def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
+        """Delete the listed jobs still claimed by ``worker_id``; return the count.
+
+        ``claims`` pairs each job id (ascending) with the attempt its claim must
+        be at, or None when any unexpired claim by ``worker_id`` will do.
+        """
 
     @abc.abstractmethod
     def _cancel(self, job_id: int) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import math
 import threading
 import time
 from collections import deque
@@ -15,12 +16,41 @@ from typing import Any, Generic, TypeVar
 
 from alkstore._values import Wake
 
-__all__ = ["BufferedWakeReceiver", "Receiver", "WakeReceiver", "resolve_future"]
+__all__ = [
+    "BufferedWakeReceiver",
+    "Receiver",
+    "WakeReceiver",
+    "check_timeout",
+    "resolve_future",
+]
 
 T = TypeVar("T")
 R = TypeVar("R", bound="Receiver[Any]")
 
 _EXECUTOR_SLICE_S = 0.25
+
+
+def check_timeout(timeout: object) -> float | None:
+    """Return how long a ``recv`` may wait: seconds, or None for as long as it takes.
+
+    None and infinity wait until an item comes or the receiver closes; zero or
+    a negative number only looks.
+
+    Raises:
+        ValueError: ``timeout`` is NaN, or not a number.
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ValueError(
+            f"timeout must be a number of seconds or None, not {type(timeout).__name__}"
+        )
+    seconds = float(timeout)
+    if math.isnan(seconds):
+        raise ValueError("timeout must be a number of seconds or None, not NaN")
+    if math.isinf(seconds):
+        return None if seconds > 0 else 0.0
+    return max(seconds, 0.0)
 
 
 class Receiver(abc.ABC, Generic[T]):
@@ -32,7 +62,10 @@ class Receiver(abc.ABC, Generic[T]):
 
     @abc.abstractmethod
     def recv(self, timeout: float | None = None) -> T | None:
-        """Return the next item; None when ``timeout`` seconds pass or the receiver is closed."""
+        """Return the next item; None when ``timeout`` seconds pass or the receiver is closed.
+
+        ``timeout`` None (or infinity) waits as long as it takes; NaN raises ``ValueError``.
+        """
 
     @property
     @abc.abstractmethod
@@ -50,6 +83,7 @@ class Receiver(abc.ABC, Generic[T]):
         cancelled await frees its thread soon; receivers that can do better
         (``BufferedWakeReceiver``, ``EventReceiver``) override it.
         """
+        timeout = check_timeout(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -165,12 +199,14 @@ class BufferedWakeReceiver(WakeReceiver):
             self._on_close(self)
 
     def recv(self, timeout: float | None = None) -> Wake | None:
+        timeout = check_timeout(timeout)
         with self._ready:
             if not self._ready.wait_for(self._has_news, timeout):
                 return None
             return self._pending.popleft() if self._pending else None
 
     async def recv_async(self, timeout: float | None = None) -> Wake | None:
+        timeout = check_timeout(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

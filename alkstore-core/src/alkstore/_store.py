@@ -8,11 +8,13 @@ import os
 import socket
 import threading
 import uuid
+import weakref
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any, ClassVar, Protocol
 
 from alkstore._capabilities import Capabilities
+from alkstore._claims import ClaimLedger
 from alkstore._codec import encode
 from alkstore._errors import Closed, PayloadTooLarge
 from alkstore._every import parse_every
@@ -61,6 +63,10 @@ class Store(abc.ABC):
         self._closed = False
         self._queue_opts: dict[str, QueueOpts] = {}
         self._queue_opts_lock = threading.Lock()
+        # Guards _closed against transactions beginning while the store closes.
+        self._lifecycle_lock = threading.Lock()
+        self._open_txs: weakref.WeakSet[TxHandle] = weakref.WeakSet()
+        self._claims = ClaimLedger()
 
     # Lifecycle
 
@@ -70,10 +76,20 @@ class Store(abc.ABC):
         return self._closed
 
     def close(self) -> None:
-        """Release every connection and close every receiver; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        """Release every connection and close every receiver; idempotent.
+
+        A transaction still open on one of the store's connections is rolled
+        back first (its later ``commit`` raises ``Closed``), so nothing it
+        wrote stays held: no lock, no connection. A transaction adopted with
+        :meth:`adopt_tx` belongs to the caller and is left alone.
+        """
+        with self._lifecycle_lock:
+            if self._closed:
+                return
+            self._closed = True
+            open_txs = list(self._open_txs)
+        for tx in open_txs:
+            tx._end_with_store()
         self._close()
 
     def __enter__(self) -> Store:
@@ -208,7 +224,7 @@ class Store(abc.ABC):
     def begin_tx(self) -> TxHandle:
         """Open a transaction for a business write and ``*_tx`` side effects."""
         self._check_open()
-        return self._begin_tx()
+        return self._track_tx(self._begin_tx())
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[TxHandle]:
@@ -237,6 +253,19 @@ class Store(abc.ABC):
     def _check_open(self) -> None:
         if self._closed:
             raise Closed(f"{self!r} is closed")
+
+    def _track_tx(self, tx: TxHandle) -> TxHandle:
+        """Remember an open transaction, so ``close`` can roll it back."""
+        with self._lifecycle_lock:
+            if not self._closed:
+                self._open_txs.add(tx)
+                return tx
+        tx._end_with_store()
+        raise Closed(f"{self!r} closed while the transaction began")
+
+    def _forget_tx(self, tx: TxHandle) -> None:
+        with self._lifecycle_lock:
+            self._open_txs.discard(tx)
 
     def _declared_queue_opts(self, name: str) -> QueueOpts:
         return self._queue_opts.get(name, _DEFAULT_QUEUE_OPTS)

@@ -9,15 +9,16 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from alkstore._codec import encode
+from alkstore._errors import InvalidName
 from alkstore._names import check_identifier
 from alkstore._options import check_int
-from alkstore._receivers import Receiver, WakeReceiver
+from alkstore._receivers import Receiver, WakeReceiver, check_timeout
 from alkstore._values import StreamEvent
 
 if TYPE_CHECKING:
     from alkstore._store import Store
 
-__all__ = ["MAX_READ", "EventReceiver", "Stream"]
+__all__ = ["MAX_READ", "EventReceiver", "Stream", "offset_past_head"]
 
 MAX_READ = 10_000
 """The largest ``limit`` a single read accepts."""
@@ -74,6 +75,11 @@ class Stream(abc.ABC):
 
         Returns True if the offset advanced; False (and nothing changes) if it
         would move back or stay put.
+
+        Raises:
+            ValueError: ``offset`` is past the stream's head (the last offset
+                published): saving it would skip every event published until
+                the head reached it.
         """
         self._store._check_open()
         return self._save_offset(check_identifier(consumer, "consumer name"), check_offset(offset))
@@ -142,6 +148,7 @@ class EventReceiver(Receiver[StreamEvent]):
 
     def recv(self, timeout: float | None = None) -> StreamEvent | None:
         """Return the next event; None when ``timeout`` passes or the receiver closes."""
+        timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._buffer:
             if self._wakes.closed:
@@ -156,6 +163,7 @@ class EventReceiver(Receiver[StreamEvent]):
 
     async def recv_async(self, timeout: float | None = None) -> StreamEvent | None:
         """``recv`` for asyncio code: reads run on a thread, waits on the wake receiver."""
+        timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._buffer:
             if self._wakes.closed:
@@ -204,20 +212,34 @@ class EventReceiver(Receiver[StreamEvent]):
 
 
 def check_key(key: object) -> str:
-    """Return ``key`` if it is a ``str`` of valid Unicode text (it may be empty)."""
+    """Return ``key`` if it is a ``str`` of valid Unicode text (it may be empty).
+
+    Raises:
+        InvalidName: like any name, for a non-``str`` or lone surrogates.
+    """
     if not isinstance(key, str):
-        raise ValueError(f"key must be a str, not {type(key).__name__}")
+        raise InvalidName(f"key must be a str, not {type(key).__name__}")
     if key and not key.isascii():
         try:
             key.encode("utf-8")
         except UnicodeEncodeError:
-            raise ValueError(f"key {key!r} holds lone surrogates") from None
+            raise InvalidName(
+                f"key {key!r} is not valid Unicode text (it holds lone surrogates)"
+            ) from None
     return key
 
 
 def check_offset(offset: object) -> int:
     """Return ``offset`` if it is an int in ``[0, 2**63 - 1]``."""
     return check_int(offset, "offset", minimum=0, maximum=MAX_OFFSET)
+
+
+def offset_past_head(stream: str, offset: int, head: int) -> ValueError:
+    """The error engines raise for a consumer offset beyond the stream's head."""
+    return ValueError(
+        f"offset {offset} is past the head of stream {stream!r} (offset {head}): "
+        "saving it would skip every event published until the head reached it"
+    )
 
 
 def check_limit(limit: object) -> int:

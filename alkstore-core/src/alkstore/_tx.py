@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Sequence
+import logging
+import threading
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from alkstore._codec import encode
-from alkstore._errors import Closed
+from alkstore._errors import Closed, Database
 from alkstore._names import check_identifier, check_name, outbox_queue_name
 from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
 from alkstore._stamp import JobStamp, stamp_job
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TxHandle", "TxState"]
 
+log = logging.getLogger("alkstore")
+
 
 class TxState(enum.Enum):
     """Where a transaction handle is in its life."""
@@ -27,6 +31,8 @@ class TxState(enum.Enum):
     OPEN = "open"
     COMMITTED = "committed"
     ROLLED_BACK = "rolled back"
+    ENDED_ELSEWHERE = "ended behind its handle's back"
+    """A COMMIT or ROLLBACK ran through ``tx.execute`` or ``tx.connection``."""
 
 
 class TxHandle(abc.ABC):
@@ -37,12 +43,18 @@ class TxHandle(abc.ABC):
     together with the business write — no ghosts. ``commit`` or ``rollback``
     ends the handle; any later call raises :class:`~alkstore.Closed`. Used as
     a context manager it commits on success and rolls back on an exception.
-    A handle belongs to one thread at a time.
+    A handle belongs to one thread at a time. Closing its store rolls it back.
+
+    Ending the transaction through the driver (``tx.execute("COMMIT")``, or
+    ``tx.connection.commit()``) is refused: the engine raises
+    :class:`~alkstore.Database` at the next call, ``commit`` and ``rollback``
+    included, and writes nothing more through the handle.
     """
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self.state = TxState.OPEN
+        self._ending = threading.Lock()  # commit, rollback and the store's close race
 
     @property
     def active(self) -> bool:
@@ -78,7 +90,12 @@ class TxHandle(abc.ABC):
         self._notify_tx(channel, self._store._check_notify_payload(encode(payload)))
 
     def save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
-        """Advance ``consumer``'s offset in this transaction; True if it moved forward."""
+        """Advance ``consumer``'s offset in this transaction; True if it moved forward.
+
+        Raises:
+            ValueError: ``offset`` is past the stream's head, as this
+                transaction sees it.
+        """
         self._check_active()
         stream = check_name(stream, "stream")
         consumer = check_identifier(consumer, "consumer name")
@@ -112,19 +129,46 @@ class TxHandle(abc.ABC):
 
     def commit(self) -> None:
         """Commit the business write and every side effect together; ends the handle."""
-        self._check_active()
-        try:
-            self._commit()
-        finally:
-            self.state = TxState.COMMITTED
+        self._finish(self._commit, TxState.COMMITTED)
 
     def rollback(self) -> None:
         """Drop the business write and every side effect; ends the handle."""
+        self._finish(self._rollback, TxState.ROLLED_BACK)
+
+    def _finish(self, hook: Callable[[], None], ended: TxState) -> None:
         self._check_active()
-        try:
-            self._rollback()
-        finally:
-            self.state = TxState.ROLLED_BACK
+        with self._ending:
+            self._check_active()  # the store may have closed (and rolled us back) meanwhile
+            try:
+                hook()
+            finally:
+                if self.state is TxState.OPEN:
+                    self.state = ended
+                self._store._forget_tx(self)
+
+    def _end_with_store(self) -> None:
+        """Roll back because the store is closing; never raises."""
+        with self._ending:
+            if self.state is not TxState.OPEN:
+                return
+            try:
+                self._rollback()
+            except Exception:
+                log.warning("rolling back %r while closing its store failed", self, exc_info=True)
+            finally:
+                self.state = TxState.ROLLED_BACK
+
+    def _ended_elsewhere(self) -> Database:
+        """For engines: the driver says the transaction already ended (a COMMIT or
+        ROLLBACK behind the handle's back). Marks the handle ended; return the
+        error to raise, after giving the connection back."""
+        self.state = TxState.ENDED_ELSEWHERE
+        self._store._forget_tx(self)
+        return Database(
+            "this transaction was ended behind its handle's back (a COMMIT or ROLLBACK "
+            "through tx.execute or tx.connection); the handle is closed, and nothing was "
+            "written through it after that"
+        )
 
     def __enter__(self) -> TxHandle:
         return self

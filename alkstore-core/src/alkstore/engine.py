@@ -43,7 +43,7 @@ from alkstore._receivers import BufferedWakeReceiver, WakeReceiver
 from alkstore._runner import run_scheduler
 from alkstore._stamp import JobStamp, stamp_job
 from alkstore._store import StopSignal, Store, default_owner
-from alkstore._stream import EventReceiver, Stream
+from alkstore._stream import EventReceiver, Stream, offset_past_head
 from alkstore._tx import TxHandle, TxState
 
 __all__ = [
@@ -81,6 +81,7 @@ __all__ = [
     "engine_name_for",
     "first_boundary_after",
     "load_engine",
+    "offset_past_head",
     "option_seconds",
     "outbox_queue_name",
     "parse_every",
@@ -214,3 +215,16 @@ class TestProvider(abc.ABC):
         """Move the schedule's next fire time ``by_s`` seconds (negative: into the
         past, as if its runner had been down), behind the API (a backdoor)."""
         raise NotImplementedError("this provider cannot move schedules behind the API")
+
+    def break_wakes(self, store: Store) -> None:
+        """Make ``store``'s wake path fail behind its back, as an outage or damaged
+        storage would (a backdoor): e.g. kill the connection its listener holds, or
+        damage what its watcher reads, so that the failure is lasting or forces a
+        reconnect.
+
+        The suite then checks that the failure is an event, never silence: an
+        engine declaring ``reconnect_wakes`` sends its receivers
+        ``Wake("__alkstore_listener_reconnected__")`` and wakes them again
+        afterwards; any other engine closes them (``recv`` returns None,
+        ``closed`` is True)."""
+        raise NotImplementedError("this provider cannot break a store's wake path")

@@ -93,12 +93,17 @@ class PostgresQueue(Queue):
                 deadline=row[6],
                 worker_id=worker_id,
                 backoff_base_s=row[7],
+                visibility_timeout_s=row[8],
             )
             for row in rows
         ]
 
-    def _ack_batch(self, job_ids: list[int], worker_id: str) -> int:
-        params = {"queue": self._key, "worker": stored(worker_id), "ids": job_ids}
+    def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
+        ids, attempts = zip(*claims, strict=True)
+        params = {
+            "queue": self._key, "worker": stored(worker_id), "ids": list(ids),
+            "attempts": list(attempts),
+        }  # fmt: skip
         with translate(f"ack_batch on {self.name!r}"), self._store.connection() as connection:
             return connection.execute(self._store.sql.ack_batch, params).rowcount
 

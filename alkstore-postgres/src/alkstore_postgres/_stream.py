@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from alkstore import StreamEvent
-from alkstore.engine import Stream, WakeReceiver, decode
+from alkstore.engine import Stream, WakeReceiver, decode, offset_past_head
 from alkstore_postgres._errors import translate
 from alkstore_postgres._names import stored, unstored
 
@@ -51,11 +51,21 @@ def insert_event(
 def raise_offset(
     store: PostgresStore, execute: Execute, stream: str, consumer: str, offset: int
 ) -> bool:
-    """Move the consumer's offset up to ``offset``; True if it moved."""
+    """Move the consumer's offset up to ``offset``; True if it moved.
+
+    Raises:
+        ValueError: ``offset`` is past the stream's head, as ``execute`` sees it.
+    """
     if offset == 0:
         return False
     params = {"stream": stored(stream), "consumer": stored(consumer), "offset": offset}
-    return execute(store.sql.save_offset, params).rowcount == 1
+    if execute(store.sql.save_offset, params).rowcount == 1:
+        return True
+    row = execute(store.sql.stream_head, params).fetchone()
+    head = 0 if row is None else int(row[0])
+    if offset > head:
+        raise offset_past_head(stream, offset, head)
+    return False
 
 
 class PostgresStream(Stream):

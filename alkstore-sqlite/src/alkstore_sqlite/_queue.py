@@ -77,19 +77,20 @@ class SQLiteQueue(Queue):
         connection.execute(_sql.LAPSED_TO_PENDING, (self.name, now))
 
     def _job(self, row: tuple[Any, ...], worker_id: str) -> Job:
-        job_id, payload, priority, attempts, max_attempts, run_at, deadline, backoff_base_s = row
+        job_id, payload, priority, attempts, max_attempts, run_at, deadline, backoff, lease = row
         return Job(
             queue=self, id=job_id, payload=decode(payload), priority=priority,
             attempts=attempts, max_attempts=max_attempts, run_at=run_at, deadline=deadline,
-            worker_id=worker_id, backoff_base_s=backoff_base_s,
+            worker_id=worker_id, backoff_base_s=backoff, visibility_timeout_s=lease,
         )  # fmt: skip
 
-    def _ack_batch(self, job_ids: list[int], worker_id: str) -> int:
+    def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
+        params = {
+            "queue": self.name, "worker": worker_id, "now": time.time(),
+            "claims": json.dumps({str(job_id): attempt for job_id, attempt in claims}),
+        }  # fmt: skip
         with translate(f"ack_batch on {self.name!r}"), self._pool.connection() as connection:
-            cursor = connection.execute(
-                _sql.ACK_BATCH, (self.name, worker_id, time.time(), json.dumps(job_ids))
-            )
-        return cursor.rowcount
+            return connection.execute(_sql.ACK_BATCH, params).rowcount
 
     def _cancel(self, job_id: int) -> bool:
         with translate(f"cancel job {job_id}"), self._pool.connection() as connection:

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING
 
 from alkstore import StreamEvent
-from alkstore.engine import Stream, WakeReceiver, decode
+from alkstore.engine import Stream, WakeReceiver, decode, offset_past_head
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._watcher import STREAM_KEY
@@ -33,9 +33,16 @@ def insert_event(
 
 
 def raise_offset(connection: sqlite3.Connection, stream: str, consumer: str, offset: int) -> bool:
-    """Move the consumer's offset up to ``offset`` on ``connection``; True if it moved."""
+    """Move the consumer's offset up to ``offset`` on ``connection``; True if it moved.
+
+    Raises:
+        ValueError: ``offset`` is past the stream's head as ``connection`` sees it.
+    """
     if offset == 0:
         return False  # every consumer starts at 0: nothing to advance
+    head: int = connection.execute(_sql.STREAM_HEAD, (stream,)).fetchone()[0]
+    if offset > head:
+        raise offset_past_head(stream, offset, head)
     return connection.execute(_sql.SAVE_OFFSET, (stream, consumer, offset)).rowcount == 1
 
 

@@ -46,6 +46,7 @@ class SQLiteTx(TxHandle):
         return self._connection
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        self._check_still_open()
         if self._next_job_id is None:
             with translate(f"enqueue into {queue!r}"):
                 job_id = insert_job(self._connection, queue, stamp, payload_json)
@@ -66,26 +67,33 @@ class SQLiteTx(TxHandle):
                 self._connection.executemany(_sql.ENQUEUE_WITH_ID, rows)
 
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
+        self._check_still_open()
         self._send_jobs()
         with translate(f"publish to {stream!r}"):
             return insert_event(self._connection, stream, key, payload_json)
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
+        self._check_still_open()
         self._send_jobs()
         with translate(f"notify {channel!r}"):
             self._connection.execute(_sql.NOTIFY, (channel, payload_json, time.time()))
 
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
+        self._check_still_open()
         self._send_jobs()
         with translate(f"save offset of {consumer!r}"):
             return raise_offset(self._connection, stream, consumer, offset)
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        self._check_still_open()
         self._send_jobs()
         with translate("execute"):
-            return self._connection.execute(sql, params).fetchall()
+            rows = self._connection.execute(sql, params).fetchall()
+        self._check_still_open()
+        return rows
 
     def _commit(self) -> None:
+        self._check_still_open()
         try:
             self._send_jobs()
             with translate("commit"):
@@ -96,12 +104,21 @@ class SQLiteTx(TxHandle):
 
     def _rollback(self) -> None:
         self._pending_jobs.clear()
+        self._check_still_open()
         try:
             with translate("rollback"):
                 if self._connection.in_transaction:
                     self._connection.execute("ROLLBACK")
         finally:
             self._end()
+
+    def _check_still_open(self) -> None:
+        """Refuse to go on once the caller ended the transaction through the driver:
+        later statements would run in autocommit, escaping any rollback."""
+        if self._owned and not self._connection.in_transaction:
+            self._pending_jobs.clear()
+            self._end()
+            raise self._ended_elsewhere()
 
     def _end(self) -> None:
         if self._abandon is not None:

@@ -1,0 +1,55 @@
+"""The claims a store handed out, so ``ack_batch`` by job id is fenced like ``ack``.
+
+``Job.ack`` is fenced by the claim it holds: job id, attempt and worker. A
+batch ack names jobs by id only, so the store remembers the attempt of each
+claim it handed out, per queue and worker; an id acked through the store that
+claimed it is then fenced by that attempt, and a stale id (the job reclaimed
+since, by another process under the same worker id) acks nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from alkstore._job import Job
+
+__all__ = ["ClaimLedger"]
+
+_REMEMBERED = 50_000
+"""Claims remembered per store, newest first; older ids ack unfenced by attempt."""
+
+
+class ClaimLedger:
+    """The latest claim of each job this store handed out: (worker id, attempt)."""
+
+    def __init__(self, capacity: int = _REMEMBERED) -> None:
+        self._claims: OrderedDict[tuple[str, int], tuple[str, int]] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._claims)
+
+    def __repr__(self) -> str:
+        return f"<ClaimLedger {len(self._claims)} claims remembered>"
+
+    def remember(self, queue: str, jobs: Iterable[Job]) -> None:
+        """Record the claims ``jobs`` just made on ``queue``."""
+        with self._lock:
+            claims = self._claims
+            for job in jobs:
+                key = (queue, job.id)
+                claims[key] = (job.worker_id, job.attempts)
+                claims.move_to_end(key)
+            while len(claims) > self._capacity:
+                claims.popitem(last=False)
+
+    def attempt(self, queue: str, job_id: int, worker_id: str) -> int | None:
+        """The attempt of ``worker_id``'s latest claim of the job through this store, if known."""
+        with self._lock:
+            found = self._claims.get((queue, job_id))
+        return found[1] if found is not None and found[0] == worker_id else None
