@@ -1,10 +1,23 @@
-"""What ``alkstore.open`` accepts for PostgreSQL: the DSN and the engine options."""
+"""What ``alkstore.open`` accepts for PostgreSQL: the DSN and the engine options.
+
+A target is a libpq connection string, in either of libpq's own forms: a URL
+(``postgresql://`` or ``postgres://``, also SQLAlchemy's
+``postgresql+DRIVER://``) or ``key=value`` pairs. libpq parses it: the engine
+only takes its own options out of a URL's query string, leaving the rest as
+written, and asks libpq whether what remains is valid.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from alkstore.engine import option_seconds
 
@@ -47,8 +60,15 @@ class Settings:
         values: dict[str, Any] = {}
         for name, value in options.items():
             if name == "schema":
-                if not isinstance(value, str) or not value or len(value.encode()) > 63:
-                    raise ValueError("schema must be a non-empty name of at most 63 bytes")
+                if (
+                    not isinstance(value, str)
+                    or not value
+                    or "\x00" in value  # PostgreSQL names cannot hold NUL
+                    or len(value.encode()) > 63
+                ):
+                    raise ValueError(
+                        "schema must be a non-empty name of at most 63 bytes, without NUL"
+                    )
                 values[name] = value
             elif name.startswith("pool_"):
                 values[name] = _count(name, value)
@@ -68,19 +88,126 @@ def _count(name: str, value: object) -> int:
     return value
 
 
+_URL_SCHEME = re.compile(r"(?i)postgres(?:ql)?(?:\+[a-z0-9_.\-]+)?://")
+_QUOTED = re.compile(r'"[^"]*"')
+_UNKNOWN_KEY = re.compile(r'invalid connection option "([^"]*)"')
+
+
 def parse_target(target: str) -> tuple[str, dict[str, str], str]:
-    """Split a DSN into what psycopg connects with, the engine options in its
-    query string, and ``host:port`` for messages (never the password)."""
-    parts = urlsplit(target)
-    if parts.scheme.lower() == "postgres":
-        parts = parts._replace(scheme="postgresql")
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    options = {key: value for key, value in query if key in _ENGINE_OPTIONS}
-    rest = [(key, value) for key, value in query if key not in _ENGINE_OPTIONS]
-    conninfo = urlunsplit(parts._replace(query=urlencode(rest, quote_via=quote)))
-    host = parts.hostname or "localhost"
+    """Split a target into what libpq connects with, the engine options in a URL's
+    query string, and the server's address for messages (never the password).
+
+    Raises:
+        ValueError: libpq cannot parse the target, or a ``key=value`` string
+            holds an engine option. The message shows none of the target's
+            text when the target may hold a password.
+    """
+    url = _URL_SCHEME.match(target)
+    conninfo, options = (
+        (target, {})
+        if url is None  # libpq's key=value form
+        else _take_engine_options("postgresql://" + target[url.end() :])
+    )
+    params = _libpq_params(conninfo, target)
+    return conninfo, options, _address(params, _may_hold_password(target))
+
+
+def _take_engine_options(url: str) -> tuple[str, dict[str, str]]:
+    """The URL without the engine's query parameters, and those parameters decoded.
+
+    Every other character stays as written: libpq alone decodes the rest.
+    """
+    start = _query_start(url)
+    if start < 0:
+        return url, {}
+    kept: list[str] = []
+    options: dict[str, str] = {}
+    for part in url[start + 1 :].split("&"):
+        key, separator, value = part.partition("=")
+        if separator and unquote(key) in _ENGINE_OPTIONS:
+            options[unquote(key)] = unquote(value)
+        else:
+            kept.append(part)
+    return url[:start] + ("?" + "&".join(kept) if kept else ""), options
+
+
+def _query_start(url: str) -> int:
+    """Where the query string begins, found as libpq finds it; -1 if none.
+
+    A password may hold a ``?``: libpq reads user information up to the first
+    ``@`` that comes before any ``/``, so the search starts after it.
+    """
+    authority = url.index("://") + 3
+    end = authority
+    while end < len(url) and url[end] not in "@/":
+        end += 1
+    return url.find("?", end + 1 if end < len(url) and url[end] == "@" else authority)
+
+
+def _libpq_params(conninfo: str, target: str) -> dict[str, str]:
+    """libpq's reading of ``conninfo``, or a ValueError that hides any password."""
     try:
-        port = parts.port or 5432
-    except ValueError:
-        port = 5432
-    return conninfo, options, f"{host}:{port}"
+        params = conninfo_to_dict(conninfo)
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        unknown = _UNKNOWN_KEY.search(reason)
+        if unknown is not None and unknown[1] in _ENGINE_OPTIONS:
+            raise ValueError(
+                f"the engine option {unknown[1]!r} cannot go in a key=value connection "
+                f"string (libpq knows no such key): pass it to alkstore.open as a keyword, "
+                f"e.g. alkstore.open(target, {unknown[1]}=...), or use a postgresql:// URL"
+            ) from None
+        if _may_hold_password(target):
+            reason = _QUOTED.sub('"…"', reason)
+        raise ValueError(f"not a valid PostgreSQL connection string: {reason}") from None
+    return {key: str(value) for key, value in params.items()}
+
+
+def _may_hold_password(target: str) -> bool:
+    """Whether ``target`` may carry a password, so none of its text goes into messages."""
+    return "@" in target or "password" in target.lower()
+
+
+def _address(params: dict[str, str], secretive: bool) -> str:
+    """Where libpq will connect, for messages: ``host:port``, a socket path, or several.
+
+    Raises:
+        ValueError: a port is not a number, or the host and port lists do not pair up.
+    """
+    hosts = params.get("host") or params.get("hostaddr") or _env("PGHOST", "PGHOSTADDR")
+    host_list = hosts.split(",")
+    port_list = (params.get("port") or _env("PGPORT")).split(",")
+    _check_ports(port_list, len(host_list), secretive)
+    if len(port_list) == 1:
+        port_list = port_list * len(host_list)
+    pairs = zip(host_list, port_list, strict=True)
+    return ", ".join(_one_address(host, port or "5432") for host, port in pairs)
+
+
+def _check_ports(ports: list[str], hosts: int, secretive: bool) -> None:
+    """libpq would refuse these ports only when connecting, quoting the bad one:
+    refuse them now, quoting nothing that may be a piece of a password."""
+    if len(ports) not in (1, hosts):
+        raise ValueError(f"the connection string names {hosts} hosts and {len(ports)} ports")
+    for port in ports:
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            shown = "" if secretive else f" {port!r}"
+            hint = " (a '/' or '@' in a password is written %2F or %40)" if secretive else ""
+            raise ValueError(
+                f"the port{shown} in the connection string is not a number from 1 to 65535{hint}"
+            )
+
+
+def _env(*names: str) -> str:
+    return next((os.environ[name] for name in names if os.environ.get(name)), "")
+
+
+def _one_address(host: str, port: str) -> str:
+    if not host:
+        # libpq's default: its compiled-in socket directory, or localhost on Windows
+        return f"localhost:{port}" if sys.platform == "win32" else f"the local socket, port {port}"
+    if host.startswith(("/", "@")):
+        return f"{host.rstrip('/')}/.s.PGSQL.{port}"
+    if ":" in host:
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"

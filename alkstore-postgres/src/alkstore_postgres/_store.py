@@ -47,7 +47,7 @@ class PostgresStore(Store):
     capabilities: ClassVar[Capabilities] = CAPABILITIES
 
     def __init__(self, conninfo: str, address: str, settings: Settings) -> None:
-        super().__init__(f"postgresql://{address} schema={settings.schema}")
+        super().__init__(f"PostgreSQL at {address}, schema {settings.schema}")
         self.settings = settings
         self.sql = Statements(settings.schema)
         self.job_ids = JobIds(self.sql.reserve_job_ids)
