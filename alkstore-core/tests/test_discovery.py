@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from alkstore._discovery import engine_name_for
+from alkstore._discovery import engine_name_for, redact
 
 TESTS = Path(__file__).parent
 CORE = TESTS.parent
@@ -210,10 +210,51 @@ def test_discovery_is_cached_after_the_first_open(with_engines: Path, tmp_path: 
         ("PostgreSQL://u@host/db", "postgres"),
         ("myengine://anything", "myengine"),
         ("my+engine://anything", "my+engine"),
+        # SQLAlchemy's dialect+driver form, as users copy it from their settings
+        ("postgresql+psycopg://u@host/db", "postgres"),
+        ("postgres+psycopg2://u@host/db", "postgres"),
+        ("sqlite+pysqlite:///app.db", "sqlite"),
+        # a first-party scheme without "//": its engine refuses it, no file is made
+        ("sqlite:", "sqlite"),
+        ("sqlite:/x.db", "sqlite"),
+        ("postgresql:db", "postgres"),
+        # libpq key=value connection strings
+        ("host=localhost dbname=app password=s3cret", "postgres"),
+        ("host=/var/run/postgresql", "postgres"),
+        ("  dbname = 'my app'  user=ada ", "postgres"),
+        # ... but not every file name with "=" in it
+        ("a=b.db", "sqlite"),
+        ("weights=2 x.db", "sqlite"),
+        ("C:/data/app.db", "sqlite"),
     ],
 )
 def test_target_scheme_names_the_engine(target: str, engine: str) -> None:
     assert engine_name_for(target) == engine
+
+
+@pytest.mark.parametrize(
+    ("target", "shown"),
+    [
+        ("mysql://root:pa/ss@h/db", "mysql://root:***@h/db"),
+        ("mysql://root:p@ss:w0rd@h/db", "mysql://root:***@h/db"),
+        ("x://u:secret@h/db?password=again&sslmode=off", "x://u:***@h/db?password=***&sslmode=off"),
+        ("x://u@h/db", "x://u@h/db"),
+        ("host=h password=secret dbname=d", "host=h password=*** dbname=d"),
+        ("host=h password='se cret' dbname=d", "host=h password=*** dbname=d"),
+        ("app.db", "app.db"),
+    ],
+)
+def test_redact_hides_every_password(target: str, shown: str) -> None:
+    assert redact(target) == shown
+
+
+def test_engine_not_found_never_shows_a_password_even_with_a_slash() -> None:
+    import alkstore
+
+    with pytest.raises(alkstore.EngineNotFound) as raised:
+        alkstore.open("mysql://root:pa/ss@h/db")
+    assert "pa/ss" not in str(raised.value)
+    assert "ss@" not in str(raised.value)
 
 
 def test_open_refuses_what_is_not_a_target() -> None:

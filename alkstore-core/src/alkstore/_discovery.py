@@ -1,9 +1,10 @@
 """Finding engines: the ``alkstore.engines`` entry-point group, and ``open``.
 
 Core imports no engine. A target's scheme names the engine (bare paths and
-``sqlite://`` → ``sqlite``; ``postgres://`` and ``postgresql://`` →
-``postgres``; ``NAME://`` → ``NAME``), and only that engine's entry point is
-loaded. Lookups are cached: the second ``open`` costs a dictionary lookup.
+``sqlite://`` → ``sqlite``; ``postgres://``, ``postgresql://``, SQLAlchemy's
+``postgresql+psycopg://`` and libpq ``key=value`` strings → ``postgres``;
+``NAME://`` → ``NAME``), and only that engine's entry point is loaded.
+Lookups are cached: the second ``open`` costs a dictionary lookup.
 """
 
 from __future__ import annotations
@@ -22,14 +23,37 @@ if TYPE_CHECKING:
     from alkstore._store import Store
     from alkstore.engine import Engine
 
-__all__ = ["ENTRY_POINT_GROUP", "EngineInfo", "engine_name_for", "engines", "load_engine", "open"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "EngineInfo",
+    "engine_name_for",
+    "engines",
+    "load_engine",
+    "open",
+    "redact",
+]
 
 ENTRY_POINT_GROUP = "alkstore.engines"
 
 _log = logging.getLogger("alkstore")
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+# A first-party scheme without its "//" ("sqlite:", "postgresql:db"): its engine
+# refuses the malformed target clearly; it must never become a file of that name.
+_BARE_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _SCHEME_ALIASES = {"sqlite": "sqlite", "postgres": "postgres", "postgresql": "postgres"}
+# libpq's "key=value ..." connection strings: every word a key=value pair,
+# at least one of them a libpq keyword.
+_CONNINFO_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)")
+_LIBPQ_KEYWORDS = frozenset(
+    {
+        "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service",
+        "connect_timeout", "sslmode", "sslrootcert", "sslcert", "sslkey", "application_name",
+        "options", "target_session_attrs", "client_encoding", "channel_binding",
+        "gssencmode", "require_auth", "load_balance_hosts",
+    }
+)  # fmt: skip
+_PASSWORD_PAIR = re.compile(r"(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s'&]+)", re.IGNORECASE)
 _FIRST_PARTY_DISTRIBUTIONS = {"sqlite": "alkstore-sqlite", "postgres": "alkstore-postgres"}
 
 
@@ -139,19 +163,48 @@ def load_engine(name: str) -> Engine:
 
 
 def engine_name_for(target: str) -> str:
-    """Return the name of the engine a target string asks for."""
+    """Return the name of the engine a target string asks for.
+
+    ``NAME://...`` names the engine ``NAME``; ``postgres``, ``postgresql`` and
+    ``sqlite`` are aliases, also with SQLAlchemy's driver suffix
+    (``postgresql+psycopg://``). A libpq ``key=value`` connection string asks
+    for ``postgres``; anything else is a SQLite file path.
+    """
     match = _SCHEME.match(target)
-    if match is None:
-        return "sqlite"
-    scheme = match[1].lower()
-    return _SCHEME_ALIASES.get(scheme, scheme)
+    if match is not None:
+        scheme = match[1].lower()
+        return _first_party(scheme) or scheme
+    bare = _BARE_SCHEME.match(target)
+    if bare is not None and (name := _first_party(bare[1].lower())) is not None:
+        return name
+    if _is_conninfo(target):
+        return "postgres"
+    return "sqlite"
+
+
+def _first_party(scheme: str) -> str | None:
+    """The first-party engine a scheme names (``postgresql+psycopg`` too), if any."""
+    return _SCHEME_ALIASES.get(scheme) or _SCHEME_ALIASES.get(scheme.partition("+")[0])
+
+
+def _is_conninfo(target: str) -> bool:
+    """Whether ``target`` is a libpq ``key=value`` connection string."""
+    keys, position = [], 0
+    while position < len(target):
+        pair = _CONNINFO_PAIR.match(target, position)
+        if pair is None:
+            return target[position:].strip() == "" and bool(keys)
+        keys.append(pair[1].lower())
+        position = pair.end()
+    return bool(keys) and any(key in _LIBPQ_KEYWORDS for key in keys)
 
 
 def open(target: str | os.PathLike[str], **options: Any) -> Store:
     """Open the store at ``target`` with the engine its scheme names.
 
-    ``alkstore.open("app.db")`` opens a SQLite file;
-    ``alkstore.open("postgresql://user@host/db")`` a PostgreSQL database.
+    ``alkstore.open("app.db")`` opens a SQLite file (as does any
+    ``os.PathLike``); ``alkstore.open("postgresql://user@host/db")`` a
+    PostgreSQL database, as does a libpq ``"host=… dbname=…"`` string.
     ``options`` go to the engine (unknown ones raise ``TypeError``).
 
     Raises:
@@ -159,7 +212,7 @@ def open(target: str | os.PathLike[str], **options: Any) -> Store:
             names the distribution to ``pip install``.
     """
     if isinstance(target, os.PathLike):
-        target = os.fspath(target)
+        return load_engine("sqlite").open(os.fspath(target), **options)
     if not isinstance(target, str):
         raise TypeError(f"target must be a str or a path, not {type(target).__name__}")
     if not target:
@@ -185,7 +238,7 @@ def _engine_for(target: str) -> Engine:
 
 
 def _not_installed_message(name: str, target: str | None = None) -> str:
-    subject = f"for {_redact(target)!r} " if target is not None else ""
+    subject = f"for {redact(target)!r} " if target is not None else ""
     installed = ", ".join(sorted(_registry.entry_points())) or "none"
     distribution = _FIRST_PARTY_DISTRIBUTIONS.get(name)
     if distribution is not None:
@@ -201,9 +254,26 @@ def _not_installed_message(name: str, target: str | None = None) -> str:
     )
 
 
-def _redact(target: str) -> str:
-    """Hide a password in a URL-shaped target: ``scheme://user:***@host``."""
-    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", target)
+def redact(target: str) -> str:
+    """``target`` with any password hidden, safe to print.
+
+    In a URL everything between the user name and the last ``@`` of the
+    authority is hidden (a password may hold ``/``, ``:`` or ``@``), and so is
+    a ``password=`` value in a query string or a libpq ``key=value`` string.
+    """
+    target = _PASSWORD_PAIR.sub(r"\1***", target)
+    scheme = _SCHEME.match(target)
+    if scheme is None:
+        return target
+    rest = target[scheme.end() :]
+    authority_end = len(rest.split("?", 1)[0])
+    at = rest.rfind("@", 0, authority_end)
+    if at < 0:
+        return target
+    user, colon, _ = rest[:at].partition(":")
+    if not colon:
+        return target
+    return f"{target[: scheme.end()]}{user}:***{rest[at:]}"
 
 
 def _distribution_of(entry_point: EntryPoint) -> str:
