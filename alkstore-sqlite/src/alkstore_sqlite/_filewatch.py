@@ -21,14 +21,16 @@ __all__ = ["FolderWaiter"]
 
 _IN_MODIFY = 0x00000002
 _IN_CREATE = 0x00000100
+_IN_MOVED_FROM = 0x00000040
 _IN_MOVED_TO = 0x00000080
+_IN_DELETE = 0x00000200
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
 
 
 class FolderWaiter:
-    """``wait(timeout)`` returns when a file in ``folder`` is written, on ``poke``,
-    or when ``timeout`` passes."""
+    """``wait(timeout)`` returns when a file in ``folder`` is written, created,
+    moved or deleted, on ``poke``, or when ``timeout`` passes."""
 
     def __init__(self, folder: str) -> None:
         self._poke_read, self._poke_write = os.pipe()
@@ -77,7 +79,8 @@ def _inotify_on(folder: str) -> int | None:
         descriptor = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if descriptor < 0:
             return None
-        mask = _IN_MODIFY | _IN_CREATE | _IN_MOVED_TO
+        # Deletes and moves too: the watched file itself may be removed or replaced.
+        mask = _IN_MODIFY | _IN_CREATE | _IN_MOVED_TO | _IN_MOVED_FROM | _IN_DELETE
         if libc.inotify_add_watch(descriptor, os.fsencode(folder), mask) < 0:
             os.close(descriptor)
             return None
