@@ -129,9 +129,9 @@ class RecordingQueue(Queue):
                 run_at=0.0, deadline=10.0, worker_id=worker_id, backoff_base_s=4.0)
         ]  # fmt: skip
 
-    def _ack_batch(self, job_ids: list[int], worker_id: str) -> int:
-        self._store.calls.append(("ack_batch", job_ids, worker_id))
-        return len(job_ids)
+    def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
+        self._store.calls.append(("ack_batch", claims, worker_id))
+        return len(claims)
 
     def _cancel(self, job_id: int) -> bool:
         self._store.calls.append(("cancel", job_id))
@@ -421,7 +421,47 @@ def test_ack_batch_passes_distinct_ids_and_skips_the_engine_when_empty(
     queue = store.queue("q")
     assert queue.ack_batch([], "w") == 0
     assert queue.ack_batch([3, 1, 3], "w") == 2
-    assert store.calls[-1] == ("ack_batch", [1, 3], "w")
+    assert store.calls[-1] == ("ack_batch", [(1, None), (3, None)], "w")
+
+
+def test_ack_batch_fences_ids_by_the_attempt_this_store_claimed_them_at(
+    store: RecordingStore,
+) -> None:
+    queue = store.queue("q")
+    job = queue.claim_one("w")
+    assert job is not None
+    queue.ack_batch([job.id], "w")
+    assert store.calls.pop() == ("ack_batch", [(job.id, job.attempts)], "w")
+    queue.ack_batch([job.id], "another worker")  # not a claim this store handed to it
+    assert store.calls.pop() == ("ack_batch", [(job.id, None)], "another worker")
+    store.queue("elsewhere").ack_batch([job.id], "w")  # nor one of this queue
+    assert store.calls.pop() == ("ack_batch", [(job.id, None)], "w")
+
+
+def test_ack_batch_takes_jobs_and_skips_released_ones(store: RecordingStore) -> None:
+    queue = store.queue("q")
+    job = queue.claim_one("w")
+    assert job is not None
+    queue.ack_batch([job], "w")
+    assert store.calls[-1] == ("ack_batch", [(job.id, job.attempts)], "w")
+    job._released = True
+    assert queue.ack_batch([job], "w") == 0
+
+
+def test_the_claim_ledger_forgets_the_oldest_claims_past_its_capacity() -> None:
+    from alkstore._claims import ClaimLedger
+
+    ledger = ClaimLedger(capacity=2)
+    queue = RecordingStore().queue("q")
+    jobs = [
+        Job(queue=queue, id=n, payload=None, priority=0, attempts=1, max_attempts=3,
+            run_at=0.0, deadline=1.0, worker_id="w", backoff_base_s=1.0)
+        for n in (1, 2, 3)
+    ]  # fmt: skip
+    ledger.remember("q", jobs)
+    assert len(ledger) == 2
+    assert ledger.attempt("q", 1, "w") is None
+    assert ledger.attempt("q", 3, "w") == 1
 
 
 def test_schedule_parses_the_spec_and_checks_the_target_queue(store: RecordingStore) -> None:

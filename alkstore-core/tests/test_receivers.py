@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 
 import pytest
 
 from alkstore import Wake
+from alkstore._receivers import check_timeout
 from alkstore.engine import BufferedWakeReceiver
 
 
@@ -129,3 +131,31 @@ def test_many_threads_deliver_without_losing_the_wake(deliveries: int) -> None:
     for thread in threads:
         thread.join()
     assert receiver.recv(1) == Wake("orders")
+
+
+@pytest.mark.parametrize(
+    ("timeout", "seconds"),
+    [(None, None), (math.inf, None), (-math.inf, 0.0), (-1, 0.0), (0, 0.0), (0.25, 0.25), (2, 2.0)],
+)
+def test_check_timeout_reads_every_number_as_a_wait(timeout: object, seconds: object) -> None:
+    assert check_timeout(timeout) == seconds
+
+
+@pytest.mark.parametrize("timeout", [math.nan, "1", True, [1]])
+def test_check_timeout_refuses_nan_and_what_is_not_a_number(timeout: object) -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        check_timeout(timeout)
+
+
+def test_recv_with_a_nan_timeout_raises_instead_of_blocking() -> None:
+    receiver = BufferedWakeReceiver("orders")
+    with pytest.raises(ValueError, match="NaN"):
+        receiver.recv(math.nan)
+    with pytest.raises(ValueError, match="NaN"):
+        asyncio.run(receiver.recv_async(math.nan))
+
+
+def test_recv_with_an_infinite_timeout_waits_for_the_wake() -> None:
+    receiver = BufferedWakeReceiver("orders")
+    threading.Timer(0.05, receiver.deliver, [Wake("orders")]).start()
+    assert receiver.recv(math.inf) == Wake("orders")

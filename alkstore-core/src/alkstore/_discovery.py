@@ -189,7 +189,8 @@ def _first_party(scheme: str) -> str | None:
 
 def _is_conninfo(target: str) -> bool:
     """Whether ``target`` is a libpq ``key=value`` connection string."""
-    keys, position = [], 0
+    keys: list[str] = []
+    position = 0
     while position < len(target):
         pair = _CONNINFO_PAIR.match(target, position)
         if pair is None:

@@ -190,9 +190,9 @@ class TxHandle(abc.ABC):
         return f"<{type(self).__name__} {self.state.value}>"
 
     def _check_active(self) -> None:
+        self._store._check_open()  # first: closing the store also rolled us back
         if self.state is not TxState.OPEN:
             raise Closed(f"this transaction is already {self.state.value}")
-        self._store._check_open()
 
     # Engine hooks: arguments are already checked, encoded and stamped.
 
