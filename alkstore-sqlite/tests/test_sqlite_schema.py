@@ -76,9 +76,8 @@ def test_every_problem_is_named_at_once(made: str) -> None:
     assert "__alkstore_notices has unexpected column note" in message
 
 
-@pytest.mark.parametrize(
-    "version", ["abc", "", "0", "-1", "1.0", " 1", "\u0661"]
-)  # the last: a digit int() reads as 1
+# The last is ARABIC-INDIC DIGIT ONE, which int() would read as 1.
+@pytest.mark.parametrize("version", ["abc", "", "0", "-1", "1.0", " 1", "\u0661"])
 def test_a_stored_version_the_engine_never_wrote_is_refused_and_left_alone(
     made: str, version: str
 ) -> None:
