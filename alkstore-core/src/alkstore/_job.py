@@ -34,6 +34,7 @@ class Job(HasPayload):
         "priority",
         "queue",
         "run_at",
+        "visibility_timeout_s",
         "worker_id",
     )
 
@@ -50,8 +51,10 @@ class Job(HasPayload):
         deadline: float,
         worker_id: str,
         backoff_base_s: float,
+        visibility_timeout_s: float | None = None,
     ) -> None:
-        """Engines build Jobs when claiming; ``backoff_base_s`` is the row's stamp."""
+        """Engines build Jobs when claiming; ``backoff_base_s`` and
+        ``visibility_timeout_s`` are the row's stamps (pass both)."""
         self._queue = queue
         self._backoff_base_s = backoff_base_s
         self._released = False
@@ -64,8 +67,13 @@ class Job(HasPayload):
         self.max_attempts = max_attempts
         self.run_at = run_at
         self.deadline = deadline
-        """When this claim lapses (Unix seconds); moved by ``heartbeat``."""
+        """When this claim lapses (Unix seconds, the database's clock); moved by ``heartbeat``."""
         self.worker_id = worker_id
+        self.visibility_timeout_s = visibility_timeout_s
+        """The claim's lease as stamped on the job's row: ``deadline`` was set to
+        the claim's time plus this. None if the engine does not say. A duration,
+        so ``heartbeat(job.visibility_timeout_s)`` renews the lease whatever this
+        host's clock reads; ``deadline - time.time()`` would depend on it."""
 
     def ack(self) -> bool:
         """Finish the job: delete its row. False if the claim was lost."""

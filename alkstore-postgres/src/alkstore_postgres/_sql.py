@@ -162,7 +162,7 @@ class Statements:
             "AND (expires_at IS NULL OR expires_at > {now}) "
             "ORDER BY priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED) "
             "RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, "
-            "backoff_base_s"
+            "backoff_base_s, visibility_timeout_s"
         )
         self.ack = render("DELETE FROM {s}.jobs WHERE " + HOLDS)
         self.ack_batch = render(

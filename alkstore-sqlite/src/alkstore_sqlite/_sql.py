@@ -61,7 +61,8 @@ WHERE id IN (
     ORDER BY priority DESC, run_at, id
     LIMIT ?
 )
-RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, backoff_base_s
+RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, backoff_base_s,
+    visibility_timeout_s
 """
 
 # A claim holds while its row has the same id, attempt count and worker, and

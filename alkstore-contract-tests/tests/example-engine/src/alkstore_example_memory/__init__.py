@@ -252,6 +252,7 @@ class MemoryQueue(Queue):
             queue=self, id=row.id, payload=decode(row.payload), priority=row.priority,
             attempts=row.attempts, max_attempts=row.max_attempts, run_at=row.run_at,
             deadline=row.deadline, worker_id=worker_id, backoff_base_s=row.backoff_base_s,
+            visibility_timeout_s=row.visibility_timeout_s,
         )  # fmt: skip
 
     def _release_lapsed(self, now: float) -> None:
