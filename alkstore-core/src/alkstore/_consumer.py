@@ -6,6 +6,11 @@ the consumer saves the last offset explicitly — or, with
 writes, so a projection and its offset commit together (effectively-once).
 A handler that raises is retried, from the first unsaved event, after a
 backoff pause: a stream is ordered, so no event is ever skipped.
+
+The consumer's own database calls (subscribe, read, offset save, the batch's
+transaction) ride out outages: one warning per outage, capped pauses, and the
+consumer resumes where it was. A handled event is never skipped; one whose
+offset save the outage swallowed may be delivered again (at least once).
 """
 
 from __future__ import annotations
@@ -19,10 +24,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 from alkstore._backoff import backoff_ceiling
-from alkstore._errors import Closed
+from alkstore._errors import Closed, Database, Error
 from alkstore._names import check_identifier
 from alkstore._options import check_duration, check_int
-from alkstore._running import RunStats, call_to_completion
+from alkstore._running import Outage, RunStats, call_to_completion
 from alkstore._signals import stop_on_signals
 from alkstore._store import StopSignal, Store
 from alkstore._stream import MAX_READ, EventReceiver, Stream
@@ -81,33 +86,40 @@ class Consumer:
         self._lock = threading.Lock()
         self._succeeded = self._failed = 0
         self._started_at: float | None = None
+        self._failures = 0
+        """Handler failures in a row: the retry pause grows with them."""
+        self._outage = Outage(log, f"consumer {self.name!r} of {self.stream.name!r}")
 
     def run(self, stop: StopSignal) -> None:
-        """Consume until ``stop`` is set; return once the current batch is settled."""
+        """Consume until ``stop`` is set; return once the current batch is settled.
+
+        Rides out database outages: a failed subscribe, read or offset save is
+        retried (one warning per outage, pauses of up to a few seconds) and
+        the consumer carries on where it was. An event whose handler returned
+        is never skipped; if its offset could not be saved before ``stop``, it
+        is delivered again next time (at least once).
+
+        Raises:
+            BaseException: what a handler raised that is not an ``Exception``
+                (``SystemExit``, ``KeyboardInterrupt``), after saving the
+                offset of the events handled before it (one try).
+        """
         self._started_at = time.monotonic()
-        failures = 0
-        while not stop.is_set():
-            try:
-                receiver = self.stream.subscribe(self.name)
-            except Closed:
-                return
-            relay = threading.Thread(target=_close_on_stop, args=(stop, receiver), daemon=True)
-            relay.start()
-            try:
-                while not stop.is_set():
-                    batch = self._next_batch(receiver)
-                    if receiver.closed and not batch:
-                        break  # the store closed, or its watcher died: subscribe again
-                    self._handle(batch, receiver)
-                    failures = 0
-            except Exception:
-                failures += 1
-                log.warning("consumer %r of %r failed", self.name, self.stream.name, exc_info=True)
-                stop.wait(_retry_pause(failures))
-            finally:
-                receiver.close()
-            if self.store.closed:
-                return
+        with contextlib.suppress(Closed):
+            while not stop.is_set() and not self.store.closed:
+                receiver = self._subscribe(stop)
+                if receiver is None:
+                    return
+                relay = threading.Thread(target=_close_on_stop, args=(stop, receiver), daemon=True)
+                relay.start()
+                try:
+                    self._consume(receiver, stop)
+                except Closed:
+                    raise
+                except Exception as exc:  # neither an outage nor a handler's: retried the same
+                    stop.wait(self._note_failure(exc, handler=False))
+                finally:
+                    receiver.close()
 
     def run_forever(self) -> None:
         """Consume until SIGTERM or SIGINT."""
@@ -115,28 +127,27 @@ class Consumer:
             self.run(stop)
 
     async def run_async(self, stop: asyncio.Event | None = None) -> None:
-        """Consume in the running event loop until ``stop`` is set or the task is cancelled."""
+        """Consume in the running event loop until ``stop`` is set or the task is cancelled.
+
+        Outages and handler failures are handled as by :meth:`run`.
+        """
         stop = asyncio.Event() if stop is None else stop
         self._started_at = time.monotonic()
-        failures = 0
-        while not stop.is_set() and not self.store.closed:
-            receiver = await asyncio.to_thread(self.stream.subscribe, self.name)
-            relay = asyncio.ensure_future(_close_on_stop_async(stop, receiver))
-            try:
-                while not stop.is_set():
-                    batch = await self._next_batch_async(receiver)
-                    if receiver.closed and not batch:
-                        break
-                    await self._handle_async(batch, receiver)
-                    failures = 0
-            except Exception:
-                failures += 1
-                log.warning("consumer %r of %r failed", self.name, self.stream.name, exc_info=True)
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stop.wait(), _retry_pause(failures))
-            finally:
-                relay.cancel()
-                receiver.close()
+        with contextlib.suppress(Closed):
+            while not stop.is_set() and not self.store.closed:
+                receiver = await self._subscribe_async(stop)
+                if receiver is None:
+                    return
+                relay = asyncio.ensure_future(_close_on_stop_async(stop, receiver))
+                try:
+                    await self._consume_async(receiver, stop)
+                except Closed:
+                    raise
+                except Exception as exc:
+                    await _pause(stop, self._note_failure(exc, handler=False))
+                finally:
+                    relay.cancel()
+                    receiver.close()
 
     def stats(self) -> RunStats:
         """A snapshot of what this consumer has done since it started."""
@@ -147,74 +158,236 @@ class Consumer:
     def __repr__(self) -> str:
         return f"<Consumer {self.name!r} of stream {self.stream.name!r}>"
 
-    # Batches
+    # Consuming (threads)
+
+    def _subscribe(self, stop: StopSignal) -> EventReceiver | None:
+        """Subscribe, retrying through an outage; None once ``stop`` is set."""
+        while not stop.is_set():
+            try:
+                receiver = self.stream.subscribe(self.name)
+            except Database as exc:
+                stop.wait(self._outage.failed(f"subscribing to {self.stream.name!r}", exc))
+                continue
+            self._outage.succeeded()
+            return receiver
+        return None
+
+    def _consume(self, receiver: EventReceiver, stop: StopSignal) -> None:
+        """Handle batches until ``stop``, the receiver closes, or a batch must be
+        retried from the saved offset (the caller subscribes again)."""
+        while not stop.is_set():
+            try:
+                batch = self._next_batch(receiver)
+            except Database as exc:
+                # The receiver's position moves only on a successful read: carry on with it.
+                stop.wait(self._outage.failed(f"reading {self.stream.name!r}", exc))
+                continue
+            if not batch:
+                if receiver.closed:
+                    return  # the store closed, or its watcher died: subscribe again
+                self._outage.succeeded()
+                continue
+            self._outage.succeeded()
+            if not self._handle(batch, receiver, stop):
+                return
+
+    def _handle(self, batch: list[StreamEvent], receiver: EventReceiver, stop: StopSignal) -> bool:
+        """Handle ``batch`` and save its offset; False when the rest must be redelivered."""
+        if self.transactional:
+            try:
+                failure = self._handle_in_transaction(batch)
+            except Database as exc:
+                # The commit's outcome is unknown: the saved offset tells, on resubscribing.
+                stop.wait(self._outage.failed(f"committing a batch of {self.stream.name!r}", exc))
+                return False
+        else:
+            handled, failure = self._call_each(batch)
+            if failure is not None and not isinstance(failure, Exception):
+                self._save_once(receiver, handled)
+                raise failure
+            if handled is not None:
+                if not self._save(receiver, handled, stop):
+                    return False
+                self._count(succeeded=_count_upto(batch, handled))
+        if failure is not None:
+            stop.wait(self._note_failure(failure))
+            return False
+        self._failures = 0
+        return True
+
+    def _call_each(self, batch: list[StreamEvent]) -> tuple[int | None, BaseException | None]:
+        """Run the handler on each event in order until one raises.
+
+        Returns the last handled offset (None if none was) and what was raised.
+        """
+        handled = None
+        for event in batch:
+            try:
+                call_to_completion(self.handler, event)
+            except BaseException as exc:
+                return handled, exc
+            handled = event.offset
+        return handled, None
+
+    def _handle_in_transaction(self, batch: list[StreamEvent]) -> BaseException | None:
+        """Run the batch and save its offset in one transaction; return what the handler raised.
+
+        Raises:
+            Database: opening, saving in or committing the transaction failed.
+        """
+        tx = self.store.begin_tx()
+        try:
+            for event in batch:
+                self.handler(event, tx)  # type: ignore[call-arg]
+        except BaseException as exc:
+            _roll_back_quietly(tx)
+            if not isinstance(exc, Exception):
+                raise
+            return exc
+        try:
+            tx.save_offset_tx(self.stream.name, self.name, batch[-1].offset)
+            tx.commit()
+        except BaseException:
+            _roll_back_quietly(tx)
+            raise
+        self._count(succeeded=len(batch))
+        return None
+
+    def _save(self, receiver: EventReceiver, offset: int, stop: StopSignal) -> bool:
+        """Save ``offset``, retrying through an outage; False if ``stop`` came first."""
+        while True:
+            try:
+                receiver.save_offset(offset)
+            except Database as exc:
+                if stop.wait(self._outage.failed(f"saving the offset of {self.name!r}", exc)):
+                    return False
+                continue
+            self._outage.succeeded()
+            return True
+
+    def _save_once(self, receiver: EventReceiver, offset: int | None) -> None:
+        """On the way out: save what was handled if the database lets us, else redeliver it."""
+        if offset is not None:
+            with contextlib.suppress(Error):
+                receiver.save_offset(offset)
+
+    def _note_failure(self, failure: BaseException, *, handler: bool = True) -> float:
+        """Log a failure (counted if the handler's); return the pause before the retry."""
+        if handler:
+            self._count(failed=1)
+        self._failures += 1
+        log.warning(
+            "consumer %r of %r failed", self.name, self.stream.name,
+            exc_info=(type(failure), failure, failure.__traceback__),
+        )  # fmt: skip
+        return _retry_pause(self._failures)
 
     def _next_batch(self, receiver: EventReceiver) -> list[StreamEvent]:
         first = receiver.recv(self.idle_wait_s)
         if first is None:
             return []
         batch = [first]
-        while len(batch) < self.batch_size and (event := receiver.recv(0)) is not None:
-            batch.append(event)
+        # A read failing now must not lose what the receiver already handed out.
+        with contextlib.suppress(Database):
+            while len(batch) < self.batch_size and (event := receiver.recv(0)) is not None:
+                batch.append(event)
         return batch
+
+    # Consuming (asyncio): the same steps, with the database calls on threads
+
+    async def _subscribe_async(self, stop: asyncio.Event) -> EventReceiver | None:
+        while not stop.is_set():
+            try:
+                receiver = await asyncio.to_thread(self.stream.subscribe, self.name)
+            except Database as exc:
+                await _pause(stop, self._outage.failed(f"subscribing to {self.stream.name!r}", exc))
+                continue
+            self._outage.succeeded()
+            return receiver
+        return None
+
+    async def _consume_async(self, receiver: EventReceiver, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                batch = await self._next_batch_async(receiver)
+            except Database as exc:
+                await _pause(stop, self._outage.failed(f"reading {self.stream.name!r}", exc))
+                continue
+            if not batch:
+                if receiver.closed:
+                    return
+                self._outage.succeeded()
+                continue
+            self._outage.succeeded()
+            if not await self._handle_async(batch, receiver, stop):
+                return
+
+    async def _handle_async(
+        self, batch: list[StreamEvent], receiver: EventReceiver, stop: asyncio.Event
+    ) -> bool:
+        if self.transactional:
+            try:
+                failure = await asyncio.to_thread(self._handle_in_transaction, batch)
+            except Database as exc:
+                committing = f"committing a batch of {self.stream.name!r}"
+                await _pause(stop, self._outage.failed(committing, exc))
+                return False
+        else:
+            if self._is_async:
+                handled, failure = await self._call_each_async(batch)
+            else:
+                handled, failure = await asyncio.to_thread(self._call_each, batch)
+            if failure is not None and not isinstance(failure, Exception):
+                await asyncio.to_thread(self._save_once, receiver, handled)
+                raise failure
+            if handled is not None:
+                if not await self._save_async(receiver, handled, stop):
+                    return False
+                self._count(succeeded=_count_upto(batch, handled))
+        if failure is not None:
+            await _pause(stop, self._note_failure(failure))
+            return False
+        self._failures = 0
+        return True
+
+    async def _call_each_async(
+        self, batch: list[StreamEvent]
+    ) -> tuple[int | None, BaseException | None]:
+        handled = None
+        for event in batch:
+            try:
+                await self.handler(event)  # type: ignore[call-arg,misc]
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:
+                return handled, exc
+            handled = event.offset
+        return handled, None
+
+    async def _save_async(self, receiver: EventReceiver, offset: int, stop: asyncio.Event) -> bool:
+        while True:
+            try:
+                await asyncio.to_thread(receiver.save_offset, offset)
+            except Database as exc:
+                saving = f"saving the offset of {self.name!r}"
+                if await _pause(stop, self._outage.failed(saving, exc)):
+                    return False
+                continue
+            self._outage.succeeded()
+            return True
 
     async def _next_batch_async(self, receiver: EventReceiver) -> list[StreamEvent]:
         first = await receiver.recv_async(self.idle_wait_s)
         if first is None:
             return []
         batch = [first]
-        while len(batch) < self.batch_size and (event := await receiver.recv_async(0)) is not None:
-            batch.append(event)
+        with contextlib.suppress(Database):
+            while len(batch) < self.batch_size:
+                event = await receiver.recv_async(0)
+                if event is None:
+                    break
+                batch.append(event)
         return batch
-
-    def _handle(self, batch: list[StreamEvent], receiver: EventReceiver) -> None:
-        if not batch:
-            return
-        if self.transactional:
-            self._handle_in_transaction(batch)
-            return
-        handled = None
-        try:
-            for event in batch:
-                call_to_completion(self.handler, event)
-                handled = event.offset
-        except Exception:
-            self._count(failed=1)
-            raise
-        finally:
-            if handled is not None:
-                receiver.save_offset(handled)
-                self._count(succeeded=_count_upto(batch, handled))
-
-    def _handle_in_transaction(self, batch: list[StreamEvent]) -> None:
-        try:
-            with self.store.transaction() as tx:
-                for event in batch:
-                    self.handler(event, tx)  # type: ignore[call-arg]
-                tx.save_offset_tx(self.stream.name, self.name, batch[-1].offset)
-        except Exception:
-            self._count(failed=1)
-            raise
-        self._count(succeeded=len(batch))
-
-    async def _handle_async(self, batch: list[StreamEvent], receiver: EventReceiver) -> None:
-        if not batch:
-            return
-        if not self._is_async:
-            await asyncio.to_thread(self._handle, batch, receiver)
-            return
-        handled = None
-        try:
-            for event in batch:
-                await self.handler(event)  # type: ignore[call-arg,misc]
-                handled = event.offset
-        except Exception:
-            self._count(failed=1)
-            raise
-        finally:
-            if handled is not None:
-                await asyncio.to_thread(receiver.save_offset, handled)
-                self._count(succeeded=_count_upto(batch, handled))
 
     def _count(self, *, succeeded: int = 0, failed: int = 0) -> None:
         with self._lock:
@@ -233,6 +406,20 @@ def _close_on_stop(stop: StopSignal, receiver: EventReceiver) -> None:
 async def _close_on_stop_async(stop: asyncio.Event, receiver: EventReceiver) -> None:
     await stop.wait()
     receiver.close()
+
+
+async def _pause(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds`` or until ``stop``; True if ``stop`` was set."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+    return stop.is_set()
+
+
+def _roll_back_quietly(tx: TxHandle) -> None:
+    """Roll back if still open; on a dead connection the database rolls back by itself."""
+    if tx.active:
+        with contextlib.suppress(Error):
+            tx.rollback()
 
 
 def _count_upto(batch: list[StreamEvent], offset: int) -> int:

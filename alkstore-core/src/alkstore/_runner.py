@@ -3,20 +3,31 @@
 The engine supplies two things: how to take (or re-take) the leadership lock,
 and how to fire every elapsed boundary — each boundary in one transaction
 that first checks the lock is still held, so a deposed leader never fires.
+
+The loop rides out database outages: a failed call never ends it. A leader
+whose call fails may no longer be leader, so it stops firing at once and
+campaigns again; as the lock is re-taken by the same owner while it still
+holds it, a short outage costs nothing but the pause. Because every boundary
+commits alone and is fenced by the lock and by the boundary it advances from,
+a commit whose outcome the failure left unknown is never fired twice.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
-from alkstore._errors import LeadershipLost
+from alkstore._errors import Closed, Database, LeadershipLost
 from alkstore._lock import Lock
 from alkstore._names import SCHEDULER_LOCK
 from alkstore._receivers import WakeReceiver
+from alkstore._running import Outage
 from alkstore._store import StopSignal
 
 __all__ = ["run_scheduler"]
+
+log = logging.getLogger("alkstore.scheduler")
 
 
 def run_scheduler(
@@ -35,20 +46,35 @@ def run_scheduler(
     schedule changes. A standby looks again every quarter lease; a leader
     renews every third of it.
 
+    A :class:`~alkstore.Database` error from any of these calls is an outage,
+    never the end: one warning per outage, pauses of up to a few seconds, then
+    a leader campaigns again through ``try_lead`` (firing nothing meanwhile).
+    Leadership is released on the way out; a release the database fails is
+    logged, and the lock lapses by itself after its lease.
+
     Raises:
-        LeadershipLost: the leader failed to renew, or ``fire_due`` found the
-            lock taken.
+        LeadershipLost: the database answered that the leader's lock is gone —
+            a renew returned False, or ``fire_due`` found the lock taken.
+        Closed: the store was closed.
     """
-    while not stop.is_set():
-        lock = try_lead()
-        if lock is None:
-            stop.wait(lease_s / 4)
-            continue
-        try:
-            _lead(stop, lock, fire_due, changes)
-        finally:
-            if not lock._store.closed:
-                lock.release()
+    outage = Outage(log, "the scheduler")
+    led: Lock | None = None
+    try:
+        while not stop.is_set():
+            try:
+                lock = try_lead()
+            except Database as exc:
+                stop.wait(outage.failed("taking scheduler leadership", exc))
+                continue
+            outage.succeeded()
+            if lock is None:
+                stop.wait(lease_s / 4)
+                continue
+            led = lock
+            _lead(stop, lock, fire_due, changes, outage)
+    finally:
+        if led is not None:
+            _release(led, outage)
 
 
 def _lead(
@@ -56,17 +82,47 @@ def _lead(
     lock: Lock,
     fire_due: Callable[[Lock], float | None],
     changes: WakeReceiver,
+    outage: Outage,
 ) -> None:
+    """Renew and fire until ``stop``; return after a pause when the database fails."""
     renew_every = lock.ttl_s / 3
-    renew_at = time.monotonic() + renew_every
+    # Renew first: a lock re-taken after an outage keeps the expiry it had,
+    # which may be close.
+    renew_at = time.monotonic()
     while not stop.is_set():
-        if time.monotonic() >= renew_at:
-            if not lock.renew():
-                raise LeadershipLost(f"{lock.owner!r} failed to renew {SCHEDULER_LOCK!r}")
-            renew_at = time.monotonic() + renew_every
-        next_fire_at = fire_due(lock)
+        action = "renewing scheduler leadership"
+        try:
+            if time.monotonic() >= renew_at:
+                if not lock.renew():
+                    raise LeadershipLost(f"{lock.owner!r} failed to renew {SCHEDULER_LOCK!r}")
+                renew_at = time.monotonic() + renew_every
+            action = "firing due schedules"
+            next_fire_at = fire_due(lock)
+        except Database as exc:
+            # Whether we still lead is unknown: fire nothing until try_lead says so.
+            stop.wait(outage.failed(action, exc))
+            return
+        outage.succeeded()
         sleep = renew_at - time.monotonic()
         if next_fire_at is not None:
             sleep = min(sleep, next_fire_at - time.time())
         if sleep > 0:
-            changes.recv(sleep)
+            _await_change(stop, changes, sleep)
+
+
+def _await_change(stop: StopSignal, changes: WakeReceiver, seconds: float) -> None:
+    """Wait ``seconds`` or until a schedule changes; a closed receiver must not make it spin."""
+    if changes.closed:
+        stop.wait(seconds)
+    else:
+        changes.recv(seconds)
+
+
+def _release(lock: Lock, outage: Outage) -> None:
+    """Release leadership, never raising: a lock not released lapses after its lease."""
+    if lock._store.closed:
+        return
+    try:
+        lock.release()
+    except (Database, Closed) as exc:
+        outage.failed(f"releasing {SCHEDULER_LOCK!r} (it lapses within {lock.ttl_s:g} s)", exc)

@@ -1,15 +1,29 @@
-"""What the long-running Worker and Consumer share: their stats, and calling
-a handler that may be a coroutine function from a plain thread."""
+"""What the long-running runners share: their stats, calling a handler that
+may be a coroutine function from a plain thread, and riding out an outage."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
+import random
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["RunStats", "call_to_completion"]
+from alkstore._backoff import backoff_ceiling
+
+__all__ = ["OUTAGE_MAX_PAUSE_S", "Outage", "RunStats", "call_to_completion"]
+
+OUTAGE_MAX_PAUSE_S = 3.0
+"""The longest a runner waits between two tries while the database fails."""
+
+_OUTAGE_FIRST_PAUSE_S = 0.1
+_STEADY_S = 5.0
+"""How long the database must answer before an outage counts as over: a
+failure sooner (a stale pooled connection, a flapping server) is the same outage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +62,89 @@ def call_to_completion(handler: Callable[..., Any], *args: Any) -> None:
 
 async def _awaited(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
+
+
+class Outage:
+    """One runner's account of failing database calls: one warning per outage, capped backoff.
+
+    The runner reports every database call: :meth:`failed` (it returns how
+    long to pause before trying again) or :meth:`succeeded`. The first failure
+    after a healthy spell logs ONE warning naming the runner, what failed and
+    the error's message (alkstore errors never carry a password); later
+    failures of the same outage log at debug only. Pauses grow from 0.1 s and
+    are capped at :data:`OUTAGE_MAX_PAUSE_S`, with jitter so that many runners
+    do not retry in step. Once the database has answered for
+    :data:`_STEADY_S` without a failure, the outage is over and an info record
+    says how long it lasted. Safe to use from several threads.
+    """
+
+    def __init__(self, log: logging.Logger, runner: str) -> None:
+        self._log = log
+        self._runner = runner
+        self._lock = threading.Lock()
+        self._failures = 0
+        self._since: float | None = None
+        """When the current outage's first failure happened (monotonic)."""
+        self._answered_at: float | None = None
+        """When the database first answered again during the current outage."""
+
+    @property
+    def ongoing(self) -> bool:
+        """True from an outage's first failure until the database answers steadily."""
+        with self._lock:
+            self._end_if_steady(time.monotonic())
+            return self._since is not None
+
+    def failed(self, action: str, error: BaseException) -> float:
+        """Note that ``action`` failed with ``error``; return the pause before the next try."""
+        now = time.monotonic()
+        with self._lock:
+            self._end_if_steady(now)
+            starts = self._since is None
+            if starts:
+                self._since = now
+            self._answered_at = None
+            self._failures += 1
+            failures = self._failures
+        if starts:
+            self._log.warning(
+                "%s: %s failed; retrying, with pauses of up to %.0f s, until the database "
+                "answers: %s",
+                self._runner, action, OUTAGE_MAX_PAUSE_S, _first_line(error),
+            )  # fmt: skip
+        else:
+            self._log.debug("%s: %s failed again: %s", self._runner, action, _first_line(error))
+        return _pause(failures)
+
+    def succeeded(self) -> None:
+        """Note that a database call succeeded."""
+        now = time.monotonic()
+        with self._lock:
+            if self._since is None:
+                return
+            if self._answered_at is None:
+                self._answered_at = now
+            self._end_if_steady(now)
+
+    def _end_if_steady(self, now: float) -> None:
+        # Called with the lock held.
+        if self._since is None or self._answered_at is None:
+            return
+        if now - self._answered_at < _STEADY_S:
+            return
+        lasted = self._answered_at - self._since
+        self._since = self._answered_at = None
+        self._failures = 0
+        self._log.info("%s: recovered after %.1f s of database failures", self._runner, lasted)
+
+
+def _pause(failures: int) -> float:
+    """Equal jitter: uniform in [ceiling/2, ceiling], the ceiling doubling up to the cap."""
+    ceiling = min(backoff_ceiling(_OUTAGE_FIRST_PAUSE_S, failures), OUTAGE_MAX_PAUSE_S)
+    return ceiling / 2 + random.random() * ceiling / 2
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    described = " ".join(text[0].split()) if text else ""
+    return f"{type(error).__name__}: {described}" if described else type(error).__name__

@@ -7,6 +7,16 @@ held job well before its deadline, so long jobs are never reclaimed while they
 run. On stop, jobs not yet started are released at once and running ones get
 ``grace_s`` to finish before they are released too: nothing is lost, and
 nothing stays claimed until its visibility timeout when it could be released.
+
+Leases are durations: the claim's visibility timeout as stamped on its row,
+renewed by the server's clock and scheduled by this host's monotonic clock,
+so the host's wall clock, however wrong, changes nothing.
+
+A database outage never ends the worker: claims, heartbeats and settles that
+fail are retried after capped pauses, with one warning per outage. A handler
+raising a ``BaseException`` that is not an ``Exception`` (``SystemExit``,
+``KeyboardInterrupt``) stops the worker gracefully, and ``run`` re-raises it;
+so does any thread of the worker dying, so a worker never stalls silently.
 """
 
 from __future__ import annotations
@@ -24,13 +34,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from alkstore._errors import Closed, Error
-from alkstore._job import Job
+from alkstore._job import Job, describe_error
 from alkstore._names import check_identifier
 from alkstore._options import check_duration, check_int
 from alkstore._outbox import Outbox
 from alkstore._queue import MAX_BATCH, Queue
 from alkstore._receivers import resolve_future
-from alkstore._running import RunStats, call_to_completion
+from alkstore._running import Outage, RunStats, call_to_completion
 from alkstore._signals import SIGNAL_CHECK_S, stop_on_signals
 from alkstore._store import StopSignal, Store, default_owner
 
@@ -43,19 +53,20 @@ Handler = Callable[[Job], object | Awaitable[object]]
 
 Returning acks the job; raising an ``Exception`` retries it on the backoff
 curve (dead letters after its last attempt), recording ``Type: message``.
+Raising any other ``BaseException`` stops the worker, which re-raises it.
 """
-
-_MIN_LEASE_S = 0.05
-_ERROR_PAUSE_S = 1.0
 
 
 @dataclass(eq=False)
 class _Held:
-    """A claim the worker holds, and when it next needs a heartbeat."""
+    """A claim the worker holds; times are ``time.monotonic()`` readings."""
 
     job: Job
     lease_s: float
     beat_at: float
+    """When it next needs a heartbeat."""
+    lapses_at: float
+    """When the claim lapses at the earliest, unless renewed."""
     started: bool = False
     heartbeat_failed: bool = False
     sequence: int = 0
@@ -111,6 +122,10 @@ class Worker:
         self._hurry = threading.Event()
         self._park_requested = False
         self._woken = False
+        self._outage = Outage(log, f"worker {self.worker_id!r} on {self.queue.name!r}")
+        self._aborted: BaseException | None = None
+        """What stops the worker from inside: a handler's BaseException, a thread's death."""
+        self._halt_async: Callable[[], None] | None = None
 
     # Running
 
@@ -119,10 +134,17 @@ class Worker:
 
         Async handlers run on an event loop per handler thread; in asyncio
         code prefer :meth:`run_async`.
+
+        Raises:
+            BaseException: a handler raised one that is not an ``Exception``
+                (``SystemExit``, ``KeyboardInterrupt``), or a thread of the
+                worker died. The worker first shut down as if stopped: its job
+                released, other running jobs given ``grace_s``, nothing held.
         """
         self._begin()
+        serve = self._guarded(self._serve, "handler thread")
         threads = [
-            threading.Thread(target=self._serve, name=f"alkstore-worker-{n}", daemon=True)
+            threading.Thread(target=serve, name=f"alkstore-worker-{n}", daemon=True)
             for n in range(self.concurrency)
         ]
         keeper = self._start_keeper()
@@ -134,6 +156,7 @@ class Worker:
             self._shut_down()
             keeper.set()
             self._running = False
+        self._raise_if_aborted()
 
     def run_forever(self) -> None:
         """Work until SIGTERM or SIGINT, then shut down gracefully.
@@ -154,17 +177,29 @@ class Worker:
         Coroutine handlers run as tasks, ``concurrency`` at a time; plain
         functions run on the loop's executor. Database calls never block the
         loop: they run on worker threads too.
+
+        Raises:
+            BaseException: as :meth:`run` does, after the same shutdown.
         """
         stop = asyncio.Event() if stop is None else stop
         self._begin()
+        halted = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def halt() -> None:
+            loop.call_soon_threadsafe(halted.set)
+
+        self._halt_async = halt
         keeper = self._start_keeper()
         tasks: set[asyncio.Task[None]] = set()
         try:
-            await self._dispatch_async(stop, tasks)
+            await self._dispatch_async(stop, halted, tasks)
         finally:
             await self._shut_down_async(tasks)
             keeper.set()
             self._running = False
+            self._halt_async = None
+        self._raise_if_aborted()
 
     def stats(self) -> RunStats:
         """A snapshot of what this worker has done since it started."""
@@ -185,24 +220,44 @@ class Worker:
         if self._running:
             raise RuntimeError(f"{self!r} is already running")
         self._running = True
+        self._aborted = None
         self._hurry.clear()
         self._started_at = time.monotonic()
 
+    def _halting(self, stop: StopSignal) -> bool:
+        return stop.is_set() or self._aborted is not None
+
     def _dispatch(self, stop: StopSignal) -> None:
-        _start_daemon(self._park_on_request, name="alkstore-parker")
-        while not stop.is_set():
+        parker = self._guarded(self._park_on_request, "parking thread")
+        _start_daemon(parker, name="alkstore-parker")
+        while not self._halting(stop):
             with self._changed:
-                while not self._wants_more() and not stop.is_set():
+                while not self._wants_more() and not self._halting(stop):
                     self._changed.wait(SIGNAL_CHECK_S)
-            if stop.is_set():
+            if self._halting(stop):
                 return
-            jobs = self._claim(self.batch_size - len(self._held))
+            claiming_at = time.monotonic()
+            try:
+                jobs = self._claim(self.batch_size - len(self._held))
+            except Error as exc:
+                self._pause(stop, self._outage.failed(f"claiming from {self.queue.name!r}", exc))
+                continue
             if jobs is None:
                 return
             if jobs:
-                self._hold(jobs)
+                self._hold(jobs, claiming_at)
             else:
                 self._park_until_woken(stop)
+
+    def _pause(self, stop: StopSignal, seconds: float) -> None:
+        """Wait ``seconds``, or less if the worker is told to stop."""
+        deadline = time.monotonic() + seconds
+        with self._changed:
+            while not self._halting(stop):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                self._changed.wait(min(remaining, SIGNAL_CHECK_S))
 
     def _park_until_woken(self, stop: StopSignal) -> None:
         """Wait for a queue wake (or the park's timeout) or ``stop``, whichever comes first.
@@ -215,7 +270,7 @@ class Worker:
             self._woken = False
             self._park_requested = True
             self._changed.notify_all()
-            while not self._woken and not stop.is_set():
+            while not self._woken and not self._halting(stop):
                 self._changed.wait(SIGNAL_CHECK_S)
 
     def _park_on_request(self) -> None:
@@ -237,11 +292,11 @@ class Worker:
         while True:
             with self._changed:
                 held = self._next_unstarted()
-                while held is None and self._running:
+                while held is None and self._running and self._aborted is None:
                     self._changed.wait()
                     held = self._next_unstarted()
-                if held is None:
-                    return
+                if held is None or self._aborted is not None:
+                    return  # an unstarted job is the shutdown's to release
                 held.started = True
             self._execute(held, self._call_sync)
 
@@ -254,16 +309,24 @@ class Worker:
 
     # The dispatch loop (asyncio)
 
-    async def _dispatch_async(self, stop: asyncio.Event, tasks: set[asyncio.Task[None]]) -> None:
-        stopping = asyncio.ensure_future(stop.wait())
+    async def _dispatch_async(
+        self, stop: asyncio.Event, halted: asyncio.Event, tasks: set[asyncio.Task[None]]
+    ) -> None:
+        stopping = asyncio.ensure_future(_first_set(stop, halted))
         try:
-            while not stop.is_set():
+            while not stop.is_set() and not halted.is_set():
                 room = self.concurrency - len(self._held)
                 if room > 0:
-                    jobs = await asyncio.to_thread(self._claim, room)
+                    claiming_at = time.monotonic()
+                    try:
+                        jobs = await asyncio.to_thread(self._claim, room)
+                    except Error as exc:
+                        claiming = f"claiming from {self.queue.name!r}"
+                        await asyncio.wait({stopping}, timeout=self._outage.failed(claiming, exc))
+                        continue
                     if jobs is None:
                         return
-                    for held in self._hold(jobs):
+                    for held in self._hold(jobs, claiming_at):
                         held.started = True
                         tasks.add(asyncio.ensure_future(self._execute_async(held)))
                     if jobs:
@@ -283,11 +346,13 @@ class Worker:
         woken: asyncio.Future[None] = loop.create_future()
 
         def park() -> None:
-            self._park()
-            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                loop.call_soon_threadsafe(resolve_future, woken)
+            try:
+                self._park()
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                    loop.call_soon_threadsafe(resolve_future, woken)
 
-        _start_daemon(park, name="alkstore-parker")
+        _start_daemon(self._guarded(park, "parking thread"), name="alkstore-parker")
         return woken
 
     async def _execute_async(self, held: _Held) -> None:
@@ -308,6 +373,9 @@ class Worker:
         except Exception as exc:
             log.warning("job %s of %r failed", job.id, job.queue, exc_info=True)
             await asyncio.to_thread(self._settle, held, functools.partial(job.retry, exc), "failed")
+        except BaseException as exc:
+            await asyncio.to_thread(self._release, [held])
+            self._abort_by_handler(job, exc)
         else:
             await asyncio.to_thread(self._settle, held, job.ack, "succeeded")
 
@@ -319,42 +387,49 @@ class Worker:
         return held < self.concurrency or held <= self.batch_size // 2
 
     def _claim(self, room: int) -> list[Job] | None:
-        """Claim up to ``room`` jobs; None when the store closed."""
+        """Claim up to ``room`` jobs; None when the store closed.
+
+        Raises:
+            Error: the database failed (the caller pauses and tries again).
+        """
         try:
             if room == 1:
                 job = self.queue.claim_one(self.worker_id)
-                return [] if job is None else [job]
-            return self.queue.claim_batch(self.worker_id, room)
+                jobs = [] if job is None else [job]
+            else:
+                jobs = self.queue.claim_batch(self.worker_id, room)
         except Closed:
             return None
-        except Error:
-            log.warning("claiming from %r failed; trying again", self.queue.name, exc_info=True)
-            time.sleep(_ERROR_PAUSE_S)
-            return []
+        self._outage.succeeded()
+        return jobs
 
     def _park(self) -> None:
         try:
             self.queue.wait(self.idle_wait_s)
         except Closed:
             return
-        except Error:
-            log.warning("waiting on %r failed; trying again", self.queue.name, exc_info=True)
-            time.sleep(_ERROR_PAUSE_S)
+        except Error as exc:
+            time.sleep(self._outage.failed(f"waiting on {self.queue.name!r}", exc))
 
-    def _hold(self, jobs: list[Job]) -> list[_Held]:
-        now = time.monotonic()
+    def _hold(self, jobs: list[Job], claimed_at: float) -> list[_Held]:
+        """Hold freshly claimed jobs; ``claimed_at`` is the monotonic time the claim was sent."""
         fresh = []
         with self._changed:
             for job in jobs:
-                # The claim's lease as this host sees it; the heartbeat renews it at a third.
-                lease = max(min(job.deadline - time.time(), self._declared_lease()), _MIN_LEASE_S)
-                held = _Held(job, lease, now + lease / 3, sequence=next(self._sequence))
+                lease = self._lease(job)
+                held = _Held(
+                    job, lease, beat_at=claimed_at + lease / 3, lapses_at=claimed_at + lease,
+                    sequence=next(self._sequence),
+                )  # fmt: skip
                 self._held[job.id] = held
                 fresh.append(held)
             self._changed.notify_all()
         return fresh
 
-    def _declared_lease(self) -> float:
+    def _lease(self, job: Job) -> float:
+        """The claim's lease: a duration from the job's row, never from the host's clock."""
+        if job.visibility_timeout_s is not None:
+            return job.visibility_timeout_s
         return float(self.queue.opts.visibility_timeout_s)
 
     def _execute(self, held: _Held, call: Callable[[Job], None]) -> None:
@@ -364,30 +439,55 @@ class Worker:
         except Exception as exc:
             log.warning("job %s of %r failed", job.id, job.queue, exc_info=True)
             self._settle(held, functools.partial(job.retry, exc), "failed")
-        except BaseException:
+        except BaseException as exc:
             self._release([held])
-            raise
+            self._abort_by_handler(job, exc)
         else:
             self._settle(held, job.ack, "succeeded")
 
     def _settle(self, held: _Held, settle: Callable[[], bool], outcome: str) -> None:
+        settled = False
         try:
-            settled = settle()
-        except Closed:
-            settled = False
-        except Error:
-            log.warning("settling job %s failed", held.job.id, exc_info=True)
-            settled = False
+            settled = self._settled(held, settle)
+        finally:
+            with self._changed:
+                if self._held.pop(held.job.id, None) is not None:
+                    self._counts[outcome if settled else "lost"] += 1
+                self._changed.notify_all()
+
+    def _settled(self, held: _Held, settle: Callable[[], bool]) -> bool:
+        """Settle the claim, retrying through an outage while it may still hold.
+
+        Settles are fenced, so retrying one whose outcome is unknown is safe.
+        A claim that lapses meanwhile is claimed and run again (at least once).
+        """
+        while True:
+            try:
+                settled = settle()
+            except Closed:
+                return False
+            except Error as exc:
+                pause = self._outage.failed(f"settling job {held.job.id}", exc)
+                if time.monotonic() + pause >= held.lapses_at or not self._holds(held):
+                    return False
+                time.sleep(pause)
+                continue
+            self._outage.succeeded()
+            return settled
+
+    def _holds(self, held: _Held) -> bool:
         with self._changed:
-            if self._held.pop(held.job.id, None) is not None:
-                self._counts[outcome if settled else "lost"] += 1
-            self._changed.notify_all()
+            return self._held.get(held.job.id) is held
 
     def _release(self, holds: list[_Held]) -> None:
         for held in holds:
             try:
                 released = held.job.release()
-            except Error:
+            except Closed:
+                released = False
+            except Error as exc:
+                # The claim lapses by itself at its deadline; the job is then claimed again.
+                self._outage.failed(f"releasing job {held.job.id}", exc)
                 released = False
             with self._changed:
                 if self._held.pop(held.job.id, None) is not None:
@@ -399,12 +499,14 @@ class Worker:
     def _start_keeper(self) -> threading.Event:
         done = threading.Event()
         thread = threading.Thread(
-            target=self._keep_alive, args=(done,), name="alkstore-heartbeat", daemon=True
-        )
+            target=self._guarded(functools.partial(self._keep_alive, done), "heartbeat thread"),
+            name="alkstore-heartbeat", daemon=True,
+        )  # fmt: skip
         thread.start()
         return done
 
     def _keep_alive(self, done: threading.Event) -> None:
+        """Heartbeat each held job a third of a lease after its claim or last renewal."""
         while not done.wait(self._beat_interval()):
             now = time.monotonic()
             with self._changed:
@@ -415,24 +517,67 @@ class Worker:
     def _beat_interval(self) -> float:
         with self._changed:
             leases = [held.lease_s for held in self._held.values()]
-        shortest = min(leases, default=self._declared_lease())
+        shortest = min(leases, default=float(self.queue.opts.visibility_timeout_s))
         return min(max(shortest / 6, 0.01), 1.0)
 
     def _beat(self, held: _Held) -> None:
+        sent_at = time.monotonic()
         try:
             alive = held.job.heartbeat(held.lease_s)
         except Closed:
             return
-        except Error:
-            log.warning("heartbeat of job %s failed", held.job.id, exc_info=True)
-            alive = False
-        held.beat_at = time.monotonic() + held.lease_s / 3
-        if not alive and not held.heartbeat_failed:
+        except Error as exc:
+            # Not lost yet: the claim holds until its deadline. Try again soon.
+            pause = self._outage.failed(f"heartbeating job {held.job.id}", exc)
+            held.beat_at = time.monotonic() + min(pause, held.lease_s / 3)
+            return
+        self._outage.succeeded()
+        held.beat_at = sent_at + held.lease_s / 3
+        if alive:
+            held.lapses_at = sent_at + held.lease_s
+        elif not held.heartbeat_failed:
             held.heartbeat_failed = True
             log.warning(
                 "job %s of %r lost its claim while running; another worker may run it",
                 held.job.id, held.job.queue,
             )  # fmt: skip
+
+    # Stopping from inside
+
+    def _abort_by_handler(self, job: Job, error: BaseException) -> None:
+        log.error(
+            "job %s of %r: the handler raised %s; the worker stops and releases its claims",
+            job.id, job.queue, describe_error(error),
+        )  # fmt: skip
+        self._abort(error)
+
+    def _abort(self, error: BaseException) -> None:
+        """Stop the worker; ``run`` re-raises ``error`` once it has shut down."""
+        with self._changed:
+            if self._aborted is None:
+                self._aborted = error
+            self._changed.notify_all()
+        halt = self._halt_async
+        if halt is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                halt()
+
+    def _guarded(self, target: Callable[[], None], role: str) -> Callable[[], None]:
+        """``target`` for a thread of the worker: its death stops the worker, loudly."""
+
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                log.error("the worker's %s died; the worker stops", role, exc_info=True)
+                self._abort(exc)
+
+        return run
+
+    def _raise_if_aborted(self) -> None:
+        error, self._aborted = self._aborted, None
+        if error is not None:
+            raise error
 
     # Shutting down
 
@@ -473,6 +618,16 @@ class Worker:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.to_thread(self._release, self._all_held())
+
+
+async def _first_set(*events: asyncio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    waits = [asyncio.ensure_future(event.wait()) for event in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
 
 
 def _start_daemon(target: Callable[..., None], *args: Any, name: str) -> None:
