@@ -4,17 +4,27 @@ With the option, pytest collects the suite from this installed package —
 whatever the working directory, with no conftest to write — and runs it
 against the named engine through that engine's test provider. Without it,
 the plugin only adds its options to ``pytest --help``.
+
+Every suite test runs under a time limit (pytest-timeout): a broken engine
+makes a test fail, never hang the run. The limit is
+``--alkstore-test-timeout`` seconds, else pytest-timeout's own setting
+(``--timeout``, ``PYTEST_TIMEOUT`` or the ``timeout`` ini value) if the user
+gave one, else :data:`DEFAULT_TEST_TIMEOUT_S`.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
 __all__ = [
+    "DEFAULT_TEST_TIMEOUT_S",
     "PROVIDER",
     "pytest_addoption",
+    "pytest_collection_modifyitems",
     "pytest_configure",
     "pytest_ignore_collect",
     "pytest_report_header",
@@ -25,6 +35,15 @@ SUITE = Path(__file__).parent / "suite"
 
 PROVIDER = pytest.StashKey["object"]()
 """Where the session's test provider lives (an ``alkstore.engine.TestProvider``)."""
+
+DEFAULT_TEST_TIMEOUT_S = 120.0
+"""The time limit of each suite test when nobody set one: the slowest correct
+test takes about 20 s on a loaded machine."""
+
+# SIGALRM raises in the test's own thread, so the test fails and the run goes
+# on (each xdist worker runs its tests on its main thread too); the "thread"
+# method would end the whole process. Without SIGALRM, threads it is.
+_TIMEOUT_METHOD = "signal" if hasattr(signal, "SIGALRM") else "thread"
 
 pytest.register_assert_rewrite("alkstore_contract_tests.suite")
 
@@ -44,12 +63,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=[],
         help="an option for the engine's test provider (e.g. dsn=postgresql://...); repeatable",
     )
+    group.addoption(
+        "--alkstore-test-timeout",
+        metavar="S",
+        type=float,
+        default=None,
+        help=(
+            "fail any suite test still running after S seconds "
+            f"(default: pytest-timeout's setting if given, else {DEFAULT_TEST_TIMEOUT_S:g})"
+        ),
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     name = config.getoption("alkstore_engine")
     if name is None:
         return
+    timeout = config.getoption("alkstore_test_timeout")
+    if timeout is not None and not timeout > 0:
+        raise pytest.UsageError(f"--alkstore-test-timeout={timeout:g}: expected seconds > 0")
     import alkstore  # noqa: PLC0415 - only when the suite is asked for
     from alkstore.engine import load_engine  # noqa: PLC0415
 
@@ -67,6 +99,34 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"--alkstore-engine={name}: {exc}") from exc
     config.stash[PROVIDER] = provider
     config.args[:] = [str(SUITE)]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Give every suite test without a ``timeout`` mark of its own the suite's time limit."""
+    if config.stash.get(PROVIDER, None) is None:
+        return
+    timeout = _suite_timeout(config)
+    if timeout is None:
+        return
+    mark = pytest.mark.timeout(timeout, method=_TIMEOUT_METHOD)
+    for item in items:
+        if item.path.is_relative_to(SUITE) and item.get_closest_marker("timeout") is None:
+            item.add_marker(mark)
+
+
+def _suite_timeout(config: pytest.Config) -> float | None:
+    """The suite's time limit, or None to leave pytest-timeout's own setting in force."""
+    if not config.pluginmanager.hasplugin("timeout"):
+        return None  # pytest-timeout disabled with -p no:timeout: no limit to give
+    given: float | None = config.getoption("alkstore_test_timeout")
+    if given is not None:
+        return given
+    user_set = (
+        config.getoption("timeout", None) is not None
+        or os.environ.get("PYTEST_TIMEOUT")
+        or config.getini("timeout")
+    )
+    return None if user_set else DEFAULT_TEST_TIMEOUT_S
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
