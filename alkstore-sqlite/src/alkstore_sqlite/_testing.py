@@ -55,6 +55,12 @@ class SQLiteTestProvider(TestProvider):
             (by_s, name),
         )
 
+    def break_wakes(self, store: Store) -> None:
+        """Drop the table of notices the store's watcher reads after every commit:
+        the drop is itself a commit, so the watcher looks, fails, and stays dead."""
+        path = store.path  # type: ignore[attr-defined]
+        self._backdoor(StoreTarget(path), "DROP TABLE __alkstore_notices", ())
+
     def _backdoor(self, target: StoreTarget, sql: str, params: tuple[object, ...]) -> None:
         connection = sqlite3.connect(target.target, timeout=10)
         try:

@@ -69,6 +69,18 @@ def test_inspect_counts_claimed_jobs_as_processing(store: alkstore.Store) -> Non
     assert counts(stats_of(store)) == (1, 0, 0, 1, 0)
 
 
+def test_inspect_counts_a_claimed_job_past_its_expiry_as_processing_only(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=60))
+    queue.enqueue(1, EnqueueOpts(expires=0.2))
+    claim(queue)
+    time.sleep(0.3)
+    stats = stats_of(store)
+    assert counts(stats) == (0, 0, 0, 1, 0)
+    assert stats.total == 1
+
+
 def test_inspect_counts_dead_letters_and_lists_them_with_their_error(
     store: alkstore.Store,
 ) -> None:

@@ -46,6 +46,17 @@ def test_the_same_owner_reacquiring_gets_a_handle_without_a_fresh_ttl(
     assert peer.try_lock("report", "b", 1) is not None
 
 
+def test_an_expired_lock_nobody_took_can_be_neither_renewed_nor_released(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    lock = store.try_lock("report", "a", 0.1)
+    assert lock is not None
+    time.sleep(0.2)
+    assert not lock.renew(10), "exclusion lapsed: renewing would pretend it never did"
+    assert not lock.release()
+    assert peer.try_lock("report", "b", 10) is not None
+
+
 def test_renew_extends_a_held_lock_from_now(store: alkstore.Store, peer: alkstore.Store) -> None:
     lock = store.try_lock("report", "a", 0.2)
     assert lock is not None

@@ -9,7 +9,8 @@ import pytest
 
 import alkstore
 from alkstore import Wake
-from alkstore.engine import Capabilities
+from alkstore.engine import Capabilities, TestProvider
+from alkstore_contract_tests.suite._support import eventually, needs
 
 
 def test_a_notify_from_another_store_wakes_the_listener(
@@ -68,6 +69,54 @@ def test_notify_tx_wakes_only_on_commit(store: alkstore.Store, peer: alkstore.St
         assert wakes.recv(5) == Wake("c")
 
 
+def test_notify_tx_wakes_no_listener_of_its_own_store_before_commit(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    with store.listen("c") as own, peer.listen("c") as other:
+        with pytest.raises(RuntimeError), store.transaction() as tx:
+            tx.notify_tx("c", 1)
+            raise RuntimeError("roll back")
+        assert own.recv(0.3) is None
+        tx = store.begin_tx()
+        tx.notify_tx("c", 2)
+        assert own.recv(0.2) is None
+        assert other.recv(0) is None
+        tx.commit()
+        assert own.recv(5) == Wake("c")
+        assert other.recv(5) == Wake("c")
+
+
+def test_one_commit_wakes_every_channel_it_notified(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    channels = ["a", "b", "c"]
+    receivers = [s.listen(channel) for s in (store, peer) for channel in channels]
+    with store.transaction() as tx:
+        for channel in channels:
+            tx.notify_tx(channel, None)
+    try:
+        assert [receiver.recv(5) for receiver in receivers] == [Wake(c) for c in channels * 2]
+    finally:
+        for receiver in receivers:
+            receiver.close()
+
+
+def test_notifies_in_one_transaction_wake_per_notify_or_coalesced_as_declared(
+    store: alkstore.Store, peer: alkstore.Store, capabilities: Capabilities
+) -> None:
+    notifies = 5
+    with peer.listen("c") as wakes:
+        with store.transaction() as tx:
+            for n in range(notifies):
+                tx.notify_tx("c", n)
+        received = 0
+        while wakes.recv(0.3) is not None:
+            received += 1
+    assert received >= 1
+    if not capabilities.wakes_coalesce:
+        assert received >= notifies, f"{notifies} notifies in one commit, {received} wakes"
+
+
 def test_wakes_per_notify_or_coalesced_as_declared(
     store: alkstore.Store, peer: alkstore.Store, capabilities: Capabilities
 ) -> None:
@@ -123,3 +172,22 @@ def test_closing_the_store_closes_its_receivers(store: alkstore.Store) -> None:
     store.close()
     assert wakes.closed
     assert wakes.recv(1) is None
+
+
+def test_a_broken_wake_path_is_an_event_never_silence(
+    provider: TestProvider,
+    store: alkstore.Store,
+    peer: alkstore.Store,
+    capabilities: Capabilities,
+) -> None:
+    needs(provider, "break_wakes")
+    wakes = store.listen("c")
+    provider.break_wakes(store)
+    if capabilities.reconnect_wakes:
+        assert wakes.recv(10) == Wake(alkstore.RECONNECT_CHANNEL)
+        peer.notify("c", 1)
+        assert wakes.recv(10) == Wake("c"), "the listener must listen again after reconnecting"
+    else:
+        eventually(lambda: wakes.closed)
+        assert wakes.recv(0) is None
+    wakes.close()

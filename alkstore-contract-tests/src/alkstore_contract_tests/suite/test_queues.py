@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -36,6 +37,26 @@ def test_claim_order_is_priority_then_ready_time_then_enqueue_order(store: alkst
     assert [j.payload for j in queue.claim_batch("w", 10)] == [
         "high", "mid", "low-old", "low-a", "low-b", "negative",
     ]  # fmt: skip
+
+
+def test_claim_one_picks_in_the_same_order_and_ties_go_to_enqueue_order(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q")
+    now = time.time()
+    at = now - 5  # several jobs share one ready time: enqueue order decides
+    queue.enqueue("low-a")
+    queue.enqueue("tie-1", EnqueueOpts(run_at=at))
+    queue.enqueue("low-old", EnqueueOpts(run_at=now - 10))
+    queue.enqueue("tie-2", EnqueueOpts(run_at=at))
+    queue.enqueue("high", EnqueueOpts(priority=5))
+    queue.enqueue("tie-3", EnqueueOpts(run_at=at))
+    assert [claim(queue).payload for _ in range(6)] == [
+        "high", "low-old", "tie-1", "tie-2", "tie-3", "low-a",
+    ]  # fmt: skip
+    queue.enqueue("b-tie-1", EnqueueOpts(run_at=at))
+    queue.enqueue("b-tie-2", EnqueueOpts(run_at=at))
+    assert [j.payload for j in queue.claim_batch("w", 1)] == ["b-tie-1"]
 
 
 def test_claim_batch_takes_at_most_n_in_claim_order(store: alkstore.Store) -> None:
@@ -107,12 +128,27 @@ def test_a_lapsed_claim_on_its_last_attempt_goes_dead_not_out(store: alkstore.St
     assert info(queue, job_id).state == "dead"
 
 
-def test_a_lapsed_but_untaken_claim_is_fenced_too(store: alkstore.Store) -> None:
-    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.1))
-    queue.enqueue(1)
+SETTLE_CALLS: dict[str, Callable[[alkstore.Job], bool]] = {
+    "ack": lambda job: job.ack(),
+    "retry": lambda job: job.retry("late", 0),
+    "retry-backoff": lambda job: job.retry("late"),
+    "fail": lambda job: job.fail("late"),
+    "heartbeat": lambda job: job.heartbeat(10),
+    "release": lambda job: job.release(),
+}
+
+
+@pytest.mark.parametrize("call", sorted(SETTLE_CALLS))
+def test_a_lapsed_but_untaken_claim_is_fenced_too(store: alkstore.Store, call: str) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.1, max_attempts=5))
+    job_id = queue.enqueue(1)
     job = claim(queue)
     time.sleep(0.2)
-    assert not job.ack()
+    assert not SETTLE_CALLS[call](job), f"{call} of a lapsed claim must be refused"
+    snapshot = info(queue, job_id)
+    assert (snapshot.attempts, snapshot.last_error) == (1, None), "it must change nothing"
+    again = claim(queue)
+    assert (again.id, again.attempts) == (job_id, 2)
 
 
 def test_heartbeat_resets_the_deadline_absolutely_and_is_refused_once_lapsed(
@@ -141,11 +177,11 @@ def test_heartbeat_keeps_a_long_job_claimed(store: alkstore.Store) -> None:
 
 
 def test_retry_without_delay_follows_the_backoff_curve_of_the_stamped_base(
-    store: alkstore.Store,
+    store: alkstore.Store, peer: alkstore.Store
 ) -> None:
     queue = store.queue("q", QueueOpts(backoff_base_s=2, max_attempts=5))
     job_id = queue.enqueue(1)
-    job = claim(queue)
+    job = claim(peer.queue("q", QueueOpts(backoff_base_s=60)))  # the row's stamp rules
     before = time.time()
     assert job.retry(ValueError("flaky"))
     after = time.time()
@@ -183,6 +219,14 @@ def test_retry_on_the_last_attempt_dead_letters(store: alkstore.Store) -> None:
     assert snapshot.died_at is not None
     assert snapshot.died_at >= before - 1
     assert queue.claim_one("w") is None
+
+
+def test_each_retry_records_its_own_error(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(max_attempts=5))
+    job_id = queue.enqueue(1)
+    assert claim(queue).retry("first", 0)
+    assert claim(queue).retry(ValueError("second"), 0)
+    assert info(queue, job_id).last_error == "ValueError: second"
 
 
 def test_fail_dead_letters_at_once(store: alkstore.Store) -> None:
@@ -278,7 +322,7 @@ def test_opts_are_stamped_at_enqueue_and_never_rewritten(store: alkstore.Store) 
     assert (stamped.priority, stamped.max_attempts) == (9, 2)
     assert stamped.expires_at == pytest.approx(stamped.created_at + 60, abs=1)
     assert (default.priority, default.max_attempts, default.expires_at) == (0, 4, None)
-    job = claim(queue)
+    job = claim(store.queue("q", QueueOpts(visibility_timeout_s=90)))  # the row's stamp rules
     assert job.deadline == pytest.approx(time.time() + 20, abs=2)
 
 
@@ -311,6 +355,20 @@ def test_sweep_purges_dead_letters_past_their_retention_only(store: alkstore.Sto
     assert info(forever, forever_id).state == "dead"
 
 
+def test_dead_letter_retention_counts_from_the_death_not_the_enqueue(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q", QueueOpts(dead_letter_retention_s=0.4))
+    job_id = queue.enqueue(1)
+    time.sleep(0.5)  # older than the retention, but not yet dead
+    assert claim(queue).fail("x")
+    queue.sweep_expired()
+    assert info(queue, job_id).state == "dead"
+    time.sleep(0.5)
+    queue.sweep_expired()
+    assert queue.get_job(job_id) is None
+
+
 def test_ack_batch_acks_only_what_the_worker_still_holds(store: alkstore.Store) -> None:
     queue = store.queue("q")
     for n in range(4):
@@ -337,6 +395,9 @@ def test_queues_are_separate_namespaces(store: alkstore.Store) -> None:
     assert store.queue("a").claim_one("w") is None
     assert store.queue("a").get_job(job_id) is None
     assert not store.queue("a").cancel(job_id)
+    held = claim(store.queue("b"), "w")
+    assert store.queue("a").ack_batch([held.id], "w") == 0
+    assert info(store.queue("b"), job_id).state == "processing"
 
 
 def test_wait_wakes_when_another_store_enqueues(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 import pytest
@@ -33,6 +34,17 @@ def test_read_since_is_exclusive_and_honours_the_limit(store: alkstore.Store) ->
     offsets = [stream.publish(n) for n in range(6)]
     assert [e.payload for e in stream.read_since(offsets[1], limit=3)] == [2, 3, 4]
     assert stream.read_since(offsets[-1]) == []
+
+
+def test_read_since_returns_up_to_the_limit_however_large(store: alkstore.Store) -> None:
+    with store.transaction() as tx:
+        offsets = [tx.publish_tx("orders", n) for n in range(1_200)]
+    stream = store.stream("orders")
+    assert [e.offset for e in stream.read_since(0)] == offsets[:1_000]
+    assert [e.offset for e in stream.read_since(0, limit=10_000)] == offsets
+    assert [e.offset for e in stream.read_since(offsets[99], limit=1)] == [offsets[100]]
+    stream.save_offset("projection", offsets[149])
+    assert [e.offset for e in stream.read_from_consumer("projection", 2_000)] == offsets[150:]
 
 
 def test_streams_do_not_mix(store: alkstore.Store) -> None:
@@ -127,8 +139,10 @@ def test_offsets_are_commit_ordered_under_concurrent_publishers(
         offsets = [event.offset for event in stream.read_since(0, limit=10_000)]
         new = [offset for offset in offsets if offset not in seen]
         highest = max(seen, default=0)
+    deadline = time.monotonic() + 60
         assert all(offset > highest for offset in new), (
             f"offsets {sorted(o for o in new if o <= highest)} appeared after the reader "
+        assert time.monotonic() < deadline, f"read {len(seen)} of 240 events within 60 s"
             f"had seen offset {highest}"
         )
         seen.update(new)

@@ -92,6 +92,16 @@ def test_side_effects_and_the_business_write_commit_together(
 
 def test_save_offset_tx_advances_once_and_never_back(store: alkstore.Store) -> None:
     with store.transaction() as tx:
+def test_what_a_transaction_publishes_is_stored_whole(store: alkstore.Store) -> None:
+    with store.transaction() as tx:
+        plain = tx.publish_tx("orders", {"n": 1})
+        keyed = tx.publish_with_key_tx("orders", "customer-7", {"n": 2})
+    events = store.stream("orders").read_since(0)
+    assert [(e.offset, e.stream, e.key, e.payload) for e in events] == [
+        (plain, "orders", None, {"n": 1}), (keyed, "orders", "customer-7", {"n": 2}),
+    ]  # fmt: skip
+
+
         assert tx.save_offset_tx("orders", "c", 5)
         assert not tx.save_offset_tx("orders", "c", 5)
         assert not tx.save_offset_tx("orders", "c", 3)
