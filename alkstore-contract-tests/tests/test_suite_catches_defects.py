@@ -129,6 +129,37 @@ def test_the_example_engine_passes_the_whole_suite_from_an_empty_folder(
                 "test_a_lock_expired_behind_its_holders_back_is_lost",
             },
         ),
+        (
+            "memory-early-own-wakes",
+            "test_notify or test_transactions",
+            {"test_notify_tx_wakes_no_listener_of_its_own_store_before_commit"},
+        ),
+        (
+            "memory-one-channel-per-commit",
+            "test_notify or test_transactions",
+            {"test_one_commit_wakes_every_channel_it_notified"},
+        ),
+        (
+            "memory-silent-wake-death",
+            "test_notify",
+            {"test_a_broken_wake_path_is_an_event_never_silence"},
+        ),
+        (
+            "memory-drifting-schedules",
+            "test_scheduler",
+            {
+                "test_fired_boundaries_stay_on_the_grid_and_never_drift",
+                "test_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward",
+            },
+        ),
+        (
+            "memory-upsert-moves-schedule",
+            "test_scheduler or test_inspect",
+            {
+                "test_schedule_upserts_by_name_and_unschedule_deletes",
+                "test_a_changed_spec_resumes_on_the_grid_anchored_at_creation",
+            },
+        ),
     ],
 )  # fmt: skip
 def test_a_broken_engine_fails_exactly_the_tests_that_name_its_defect(
@@ -138,3 +169,19 @@ def test_a_broken_engine_fails_exactly_the_tests_that_name_its_defect(
     assert outcome.returncode == 1, outcome.output
     assert outcome.failed == expected, outcome.output
     assert outcome.passed, "the rest of the selection should pass"
+
+
+@pytest.mark.parametrize("limit", ["--alkstore-test-timeout=2", "--timeout=2"])
+def test_a_test_that_would_hang_fails_at_its_time_limit_and_the_run_goes_on(
+    site: Path, tmp_path: Path, limit: str
+) -> None:
+    # The echoing engine's receivers hand out the same wake forever: a test that
+    # drains its receiver loops until the time limit fails it.
+    outcome = run_suite(site, tmp_path, "memory-echoing-wakes", "-k", "test_notify", limit)
+    assert outcome.returncode == 1, outcome.output
+    assert outcome.failed == {
+        "test_wakes_per_notify_or_coalesced_as_declared",
+        "test_notifies_in_one_transaction_wake_per_notify_or_coalesced_as_declared",
+    }, outcome.output
+    assert outcome.output.count("Failed: Timeout (>2.0s) from pytest-timeout") == 2
+    assert len(outcome.passed) > 5, "the run goes on past each timed-out test"

@@ -35,6 +35,7 @@ from alkstore import (
     StreamStats,
     Wake,
 )
+from alkstore import Database as DatabaseError
 from alkstore.engine import (
     BufferedWakeReceiver,
     Capabilities,
@@ -101,9 +102,12 @@ class Database:
         self.business: set[str] = set()
         self.receivers: dict[str, set[BufferedWakeReceiver]] = {}
 
+        self.wakes_failed: BaseException | None = None
     def wake(self, keys: set[str]) -> None:
         with self.lock:
             targets = [r for key in keys for r in self.receivers.get(key, ())]
+            if self.wakes_failed is not None:
+                return
         for receiver in targets:
             receiver.deliver(Wake(receiver.channel))
 
@@ -543,6 +547,8 @@ class MemoryStore(Store):
         with self.db.lock:
             self.db.receivers.get(receiver.channel, set()).discard(receiver)
             self._mine.discard(receiver)
+            if self.db.wakes_failed is not None:
+                raise DatabaseError("the wake path died") from self.db.wakes_failed
 
     def _close(self) -> None:
         for receiver in list(self._mine):
@@ -556,6 +562,16 @@ class MemoryStore(Store):
 
     def _stream(self, name: str) -> Stream:
         return self.stream_class(self, name)
+    def fail_wakes(self, error: BaseException) -> None:
+        """The wake path died: no wake can come any more, so every receiver closes
+        (failure is an event, never silence) and later listens raise."""
+        with self.db.lock:
+            self.db.wakes_failed = error
+            receivers = [r for group in self.db.receivers.values() for r in group]
+            self.db.receivers.clear()
+        for receiver in receivers:
+            receiver.shut()
+
 
     def _queue(self, name: str, opts: QueueOpts) -> Queue:
         return self.queue_class(self, name, opts)
@@ -688,3 +704,7 @@ class MemoryTestProvider(TestProvider):
         db = database(target.target.partition("://")[2])
         with db.lock:
             db.schedules[name]["next_fire_at"] += by_s
+
+    def break_wakes(self, store: Store) -> None:
+        assert isinstance(store, MemoryStore)
+        store.fail_wakes(RuntimeError("the wake path was broken behind the store's back"))

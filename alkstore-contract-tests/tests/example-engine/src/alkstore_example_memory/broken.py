@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from typing import ClassVar
 
-from alkstore.engine import Job
+from alkstore import Schedule, ScheduleOpts, Wake
+from alkstore.engine import BufferedWakeReceiver, Job, WakeReceiver
 from alkstore_example_memory import (
     MemoryEngine,
     MemoryQueue,
@@ -20,9 +21,15 @@ from alkstore_example_memory import (
 
 __all__ = [
     "DoubleClaimEngine",
+    "DriftingSchedulesEngine",
+    "EarlyOwnWakesEngine",
+    "EchoingWakesEngine",
     "ImmortalLocksEngine",
     "NoRollbackEngine",
     "OffsetsBackEngine",
+    "OneChannelPerCommitEngine",
+    "SilentWakeDeathEngine",
+    "UpsertMovesScheduleEngine",
 ]
 
 
@@ -105,3 +112,135 @@ class ImmortalLocksEngine(MemoryEngine):
     name = "memory-immortal-locks"
     schemes = ("memory-immortal-locks",)
     store_class: ClassVar[type[MemoryStore]] = _LocksNeverExpire
+
+
+class _NotifyTxWakesOwnListenersAtOnce(MemoryTx):
+    """Wakes the listeners of its own store as soon as ``notify_tx`` runs, before
+    the commit (a rollback then leaves a ghost wake behind)."""
+
+    def _notify_tx(self, channel: str, payload_json: str) -> None:
+        super()._notify_tx(channel, payload_json)
+        with self.db.lock:
+            own = [r for r in self._store._mine if r.channel == channel]
+        for receiver in own:
+            receiver.deliver(Wake(channel))
+
+
+class _DriftingSchedulesStore(MemoryStore):
+    """Computes each next boundary from the moment it fired, not from the last boundary."""
+
+    def _fire_due(self, owner: str) -> float | None:
+        now = time.time()
+        with self.db.lock:
+            due = [s for s in self.db.schedules.values() if s["next_fire_at"] <= now]
+            next_fire_at = super()._fire_due(owner)
+            for schedule in due:
+                schedule["next_fire_at"] = now + schedule["interval_s"]
+            return min(
+                (s["next_fire_at"] for s in self.db.schedules.values()), default=next_fire_at
+            )
+
+
+class _UpsertMovesScheduleStore(MemoryStore):
+    """An upsert of an unchanged schedule starts its next interval from now."""
+
+    def _schedule(
+        self, name: str, spec: str, interval_s: int, queue: str, payload_json: str,
+        opts: ScheduleOpts,
+    ) -> Schedule:  # fmt: skip
+        with self.db.lock:
+            existing = self.db.schedules.get(name)
+            if existing is not None and existing["spec"] == spec:
+                existing["next_fire_at"] = time.time() + interval_s
+            return super()._schedule(name, spec, interval_s, queue, payload_json, opts)
+
+
+class _OneChannelPerCommit(MemoryTx):
+    """Each ``notify_tx`` forgets the channel an earlier one named: a commit wakes
+    only the last channel notified."""
+
+    _notified: str | None = None
+
+    def _notify_tx(self, channel: str, payload_json: str) -> None:
+        if self._notified is not None:
+            self.wakes.discard(self._notified)
+        self._notified = channel
+        super()._notify_tx(channel, payload_json)
+
+
+class _SilentWakeDeathStore(MemoryStore):
+    """When the wake path dies, delivers nothing more but leaves receivers open."""
+
+    def fail_wakes(self, error: BaseException) -> None:
+        self.db.wakes_failed = error
+
+
+class _EchoingReceiver(BufferedWakeReceiver):
+    """Hands out a wake but keeps it pending: the same wake comes back forever."""
+
+    def recv(self, timeout: float | None = None) -> Wake | None:
+        wake = super().recv(timeout)
+        if wake is not None:
+            self.deliver(wake)
+        return wake
+
+
+class _EchoingWakesStore(MemoryStore):
+    def _listen(self, channel: str) -> WakeReceiver:
+        receiver = _EchoingReceiver(channel, on_close=self._unsubscribe)
+        with self.db.lock:
+            self.db.receivers.setdefault(channel, set()).add(receiver)
+            self._mine.add(receiver)
+        return receiver
+
+
+class EarlyOwnWakesEngine(MemoryEngine):
+    """Wakes a transaction's own store's listeners before commit."""
+
+    name = "memory-early-own-wakes"
+    schemes = ("memory-early-own-wakes",)
+    store_class: ClassVar[type[MemoryStore]] = type(
+        "EarlyOwnWakesStore", (MemoryStore,), {"tx_class": _NotifyTxWakesOwnListenersAtOnce}
+    )
+
+
+class DriftingSchedulesEngine(MemoryEngine):
+    """Lets schedule boundaries drift by the runner's lateness."""
+
+    name = "memory-drifting-schedules"
+    schemes = ("memory-drifting-schedules",)
+    store_class: ClassVar[type[MemoryStore]] = _DriftingSchedulesStore
+
+
+class UpsertMovesScheduleEngine(MemoryEngine):
+    """Moves an unchanged schedule's next fire time on upsert."""
+
+    name = "memory-upsert-moves-schedule"
+    schemes = ("memory-upsert-moves-schedule",)
+    store_class: ClassVar[type[MemoryStore]] = _UpsertMovesScheduleStore
+
+
+class OneChannelPerCommitEngine(MemoryEngine):
+    """Wakes only one of the channels a commit notified."""
+
+    name = "memory-one-channel-per-commit"
+    schemes = ("memory-one-channel-per-commit",)
+    store_class: ClassVar[type[MemoryStore]] = type(
+        "OneChannelPerCommitStore", (MemoryStore,), {"tx_class": _OneChannelPerCommit}
+    )
+
+
+class SilentWakeDeathEngine(MemoryEngine):
+    """Falls silent when its wake path dies: receivers stay open, nothing comes."""
+
+    name = "memory-silent-wake-death"
+    schemes = ("memory-silent-wake-death",)
+    store_class: ClassVar[type[MemoryStore]] = _SilentWakeDeathStore
+
+
+class EchoingWakesEngine(MemoryEngine):
+    """Never consumes a wake: a test draining its receiver loops forever."""
+
+    name = "memory-echoing-wakes"
+    schemes = ("memory-echoing-wakes",)
+    store_class: ClassVar[type[MemoryStore]] = _EchoingWakesStore
