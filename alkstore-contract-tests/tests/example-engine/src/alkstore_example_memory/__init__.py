@@ -101,13 +101,13 @@ class Database:
         self.schedules: dict[str, dict[str, Any]] = {}
         self.business: set[str] = set()
         self.receivers: dict[str, set[BufferedWakeReceiver]] = {}
-
         self.wakes_failed: BaseException | None = None
+
     def wake(self, keys: set[str]) -> None:
         with self.lock:
-            targets = [r for key in keys for r in self.receivers.get(key, ())]
             if self.wakes_failed is not None:
                 return
+            targets = [r for key in keys for r in self.receivers.get(key, ())]
         for receiver in targets:
             receiver.deliver(Wake(receiver.channel))
 
@@ -539,6 +539,8 @@ class MemoryStore(Store):
         self._check_open()
         receiver = BufferedWakeReceiver(key, on_close=self._unsubscribe)
         with self.db.lock:
+            if self.db.wakes_failed is not None:
+                raise DatabaseError("the wake path died") from self.db.wakes_failed
             self.db.receivers.setdefault(key, set()).add(receiver)
             self._mine.add(receiver)
         return receiver
@@ -547,21 +549,11 @@ class MemoryStore(Store):
         with self.db.lock:
             self.db.receivers.get(receiver.channel, set()).discard(receiver)
             self._mine.discard(receiver)
-            if self.db.wakes_failed is not None:
-                raise DatabaseError("the wake path died") from self.db.wakes_failed
 
     def _close(self) -> None:
         for receiver in list(self._mine):
             receiver.shut()
 
-    def _notify(self, channel: str, payload_json: str) -> None:
-        self.db.wake({channel})
-
-    def _listen(self, channel: str) -> WakeReceiver:
-        return self.subscribe(channel)
-
-    def _stream(self, name: str) -> Stream:
-        return self.stream_class(self, name)
     def fail_wakes(self, error: BaseException) -> None:
         """The wake path died: no wake can come any more, so every receiver closes
         (failure is an event, never silence) and later listens raise."""
@@ -572,6 +564,14 @@ class MemoryStore(Store):
         for receiver in receivers:
             receiver.shut()
 
+    def _notify(self, channel: str, payload_json: str) -> None:
+        self.db.wake({channel})
+
+    def _listen(self, channel: str) -> WakeReceiver:
+        return self.subscribe(channel)
+
+    def _stream(self, name: str) -> Stream:
+        return self.stream_class(self, name)
 
     def _queue(self, name: str, opts: QueueOpts) -> Queue:
         return self.queue_class(self, name, opts)
