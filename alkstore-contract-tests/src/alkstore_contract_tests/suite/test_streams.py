@@ -135,14 +135,14 @@ def test_offsets_are_commit_ordered_under_concurrent_publishers(
         thread.start()
     stream = store.stream("busy")
     seen: set[int] = set()
+    deadline = time.monotonic() + 60
     while any(thread.is_alive() for thread in threads) or len(seen) < 240:
         offsets = [event.offset for event in stream.read_since(0, limit=10_000)]
+        assert time.monotonic() < deadline, f"read {len(seen)} of 240 events within 60 s"
         new = [offset for offset in offsets if offset not in seen]
         highest = max(seen, default=0)
-    deadline = time.monotonic() + 60
         assert all(offset > highest for offset in new), (
             f"offsets {sorted(o for o in new if o <= highest)} appeared after the reader "
-        assert time.monotonic() < deadline, f"read {len(seen)} of 240 events within 60 s"
             f"had seen offset {highest}"
         )
         seen.update(new)

@@ -90,8 +90,6 @@ def test_side_effects_and_the_business_write_commit_together(
     assert [e.payload for e in peer.stream("orders").read_since(0)] == ["committed"]
 
 
-def test_save_offset_tx_advances_once_and_never_back(store: alkstore.Store) -> None:
-    with store.transaction() as tx:
 def test_what_a_transaction_publishes_is_stored_whole(store: alkstore.Store) -> None:
     with store.transaction() as tx:
         plain = tx.publish_tx("orders", {"n": 1})
@@ -102,6 +100,8 @@ def test_what_a_transaction_publishes_is_stored_whole(store: alkstore.Store) -> 
     ]  # fmt: skip
 
 
+def test_save_offset_tx_advances_once_and_never_back(store: alkstore.Store) -> None:
+    with store.transaction() as tx:
         assert tx.save_offset_tx("orders", "c", 5)
         assert not tx.save_offset_tx("orders", "c", 5)
         assert not tx.save_offset_tx("orders", "c", 3)
