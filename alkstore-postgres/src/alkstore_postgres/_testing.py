@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import psycopg
 
 from alkstore.engine import Store, StoreTarget, TestProvider, TxHandle
+from alkstore_postgres._names import channel_identifier
 from alkstore_postgres._throwaway import throwaway_cluster
 
 if TYPE_CHECKING:
@@ -80,6 +81,24 @@ class PostgresTestProvider(TestProvider):
             'UPDATE "{schema}".schedules SET next_fire_at = next_fire_at + %s WHERE name = %s',
             (by_s, name),
         )
+
+    def break_wakes(self, store: Store) -> None:
+        """Terminate the server backend of the store's LISTEN connection.
+
+        The listener is found by a LISTEN only it runs: a probe channel of its
+        own, whose LISTEN is its backend's last statement until the kill.
+        """
+        probe_channel = f"break-wakes-{uuid.uuid4().hex}"
+        with store.listen(probe_channel):
+            schema = store.settings.schema  # type: ignore[attr-defined]
+            statement = f'LISTEN "{channel_identifier(schema, probe_channel)}"'
+            with psycopg.connect(self.dsn, autocommit=True) as connection:
+                killed = connection.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
+                    (statement,),
+                ).fetchall()
+        if killed != [(True,)]:
+            raise RuntimeError(f"break_wakes: expected one listener backend, found {killed}")
 
     def _sql(self, target: StoreTarget, sql: str, params: tuple[Any, ...] = ()) -> None:
         schema = target.options["schema"]
