@@ -1,0 +1,186 @@
+"""What may end a long-running runner, and what must not.
+
+A handler raising ``SystemExit`` or ``KeyboardInterrupt`` stops its Worker
+gracefully — claims released, the exception re-raised — on each engine and
+each way of running. A write that fails for a moment (another connection
+holding SQLite's write lock) is retried: the job is acked and the offset
+saved once the lock is gone, with one warning and nothing run twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import alkstore
+from alkstore import Job, StreamEvent
+
+RUN_MODES = ("run", "run_async", "run_async with a coroutine handler")
+
+
+def _handler(raised: BaseException, coroutine: bool) -> Callable[[Job], object]:
+    def handle(job: Job) -> None:
+        if job.payload.get("exit"):
+            raise raised
+
+    async def handle_async(job: Job) -> None:
+        handle(job)
+
+    return handle_async if coroutine else handle
+
+
+def _run_to_its_end(worker: alkstore.Worker, mode: str) -> list[BaseException]:
+    """Run ``worker`` on a thread until it ends by itself; return what it raised.
+
+    A worker still running after 15 s stalled: the test fails (a threaded one
+    is stopped; an asyncio one is left to die with the process).
+    """
+    stop = threading.Event()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            if mode == "run":
+                worker.run(stop)
+            else:
+                asyncio.run(worker.run_async())
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(15)
+    stop.set()
+    if thread.is_alive():
+        pytest.fail("the worker neither stopped nor raised: it stalled")
+    return raised
+
+
+@pytest.mark.parametrize("mode", RUN_MODES)
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()], ids=type)
+def test_a_handler_raising_a_base_exception_stops_the_worker_and_releases_every_claim(
+    dsn: str, mode: str, raised: BaseException, caplog: pytest.LogCaptureFixture
+) -> None:
+    with alkstore.open(dsn) as store:
+        queue = store.queue("q")
+        fatal = queue.enqueue({"exit": True})
+        ahead = [queue.enqueue({"n": n}) for n in range(3)]
+        worker = alkstore.Worker(
+            store, queue, _handler(raised, coroutine=mode.endswith("handler")), batch_size=4
+        )
+
+        assert _run_to_its_end(worker, mode) == [raised]
+
+        for job_id in (fatal, *ahead):
+            info = queue.get_job(job_id)
+            assert info is not None
+            assert (info.state, info.attempts) == ("pending", 0), info  # the attempt refunded
+        assert store.inspect().jobs("q", "processing") == []
+        assert worker.stats().in_flight == 0
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert record.name == "alkstore.worker"
+    assert f"job {fatal} of 'q': the handler raised {type(raised).__name__}" in record.getMessage()
+
+
+# A write that fails for a moment (SQLite: the write lock held elsewhere)
+
+
+@contextlib.contextmanager
+def _write_lock_held(path: Path) -> Iterator[None]:
+    holder = sqlite3.connect(path, isolation_level=None, timeout=10)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        yield
+        holder.execute("ROLLBACK")
+    finally:
+        holder.close()
+
+
+def _hold_the_lock_while(path: Path, started: threading.Event, proceed: threading.Event) -> None:
+    """Once a handler has ``started``, take the write lock, let it ``proceed``, hold on 1.5 s."""
+    assert started.wait(10)
+    with _write_lock_held(path):
+        proceed.set()
+        time.sleep(1.5)
+
+
+def _warnings(caplog: pytest.LogCaptureFixture, logger: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == logger and r.levelno >= 30]
+
+
+def test_a_worker_acks_a_finished_job_once_a_held_write_lock_is_gone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "store.db"
+    started, proceed = threading.Event(), threading.Event()
+    handled: list[int] = []
+
+    def handle(job: Job) -> None:
+        started.set()
+        assert proceed.wait(10)
+        handled.append(job.id)  # returns while the lock is held: the ack fails at first
+
+    with alkstore.open(str(path), busy_timeout_s=0.2) as store:
+        job_id = store.queue("q").enqueue("work")
+        worker = alkstore.Worker(store, "q", handle)
+        stop = threading.Event()
+        runner = threading.Thread(target=worker.run, args=(stop,), daemon=True)
+        runner.start()
+        try:
+            _hold_the_lock_while(path, started, proceed)
+            deadline = time.monotonic() + 10
+            while store.queue("q").get_job(job_id) is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert store.queue("q").get_job(job_id) is None, "the ack was never retried"
+        finally:
+            stop.set()
+            runner.join(10)
+        assert handled == [job_id]
+        assert worker.stats().succeeded == 1
+    (warning,) = _warnings(caplog, "alkstore.worker")
+    assert f"settling job {job_id} failed" in warning
+    assert "database is locked" in warning
+
+
+def test_a_consumer_saves_its_offset_once_a_held_write_lock_is_gone_redelivering_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "store.db"
+    started, proceed = threading.Event(), threading.Event()
+    handled: list[int] = []
+
+    def handle(event: StreamEvent) -> None:
+        started.set()
+        assert proceed.wait(10)
+        handled.append(event.offset)
+
+    with alkstore.open(str(path), busy_timeout_s=0.2) as store:
+        offsets = [store.stream("orders").publish(n) for n in range(3)]
+        consumer = alkstore.Consumer(store, "orders", "projection", handle, batch_size=1)
+        stop = threading.Event()
+        runner = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
+        runner.start()
+        try:
+            _hold_the_lock_while(path, started, proceed)
+            deadline = time.monotonic() + 10
+            while len(handled) < len(offsets) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            saved = store.stream("orders").get_offset("projection")
+            while saved != offsets[-1] and time.monotonic() < deadline:
+                time.sleep(0.05)
+                saved = store.stream("orders").get_offset("projection")
+        finally:
+            stop.set()
+            runner.join(10)
+        assert handled == offsets  # each once, in order: the failed save was retried, not redone
+        assert saved == offsets[-1]
+    (warning,) = _warnings(caplog, "alkstore.consumer")
+    assert "saving the offset of 'projection' failed" in warning
