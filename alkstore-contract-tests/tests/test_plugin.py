@@ -20,7 +20,20 @@ def test_without_the_option_other_test_runs_are_untouched(pytester: pytest.Pytes
 
 def test_the_options_are_documented_in_help(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--help")
-    result.stdout.fnmatch_lines(["*--alkstore-engine=NAME*", "*--alkstore-option=KEY=VALUE*"])
+    result.stdout.fnmatch_lines(
+        ["*--alkstore-engine=NAME*", "*--alkstore-option=KEY=VALUE*", "*--alkstore-test-timeout=S*"]
+    )
+
+
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan"])
+def test_a_time_limit_that_is_not_positive_is_refused(
+    pytester: pytest.Pytester, seconds: str
+) -> None:
+    result = pytester.runpytest_subprocess(
+        "--alkstore-engine=sqlite", f"--alkstore-test-timeout={seconds}"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--alkstore-test-timeout=*: expected seconds > 0*"])
 
 
 def test_an_unknown_engine_fails_at_start_up_listing_the_installed_ones(
@@ -31,3 +44,20 @@ def test_an_unknown_engine_fails_at_start_up_listing_the_installed_ones(
     result.stderr.fnmatch_lines(
         ["*--alkstore-engine=nosuch: no such engine is installed (installed: *postgres*sqlite*)*"]
     )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "limit"),
+    [
+        ((), "120 s per test"),
+        (("--alkstore-test-timeout=7.5",), "7.5 s per test"),
+        (("--timeout=300",), "pytest-timeout's own setting"),
+    ],
+)
+def test_every_suite_test_gets_a_time_limit_unless_the_user_set_one(
+    pytester: pytest.Pytester, arguments: tuple[str, ...], limit: str
+) -> None:
+    result = pytester.runpytest_subprocess(
+        "--alkstore-engine=sqlite", "--collect-only", "-k", "no_such_test", *arguments
+    )
+    result.stdout.fnmatch_lines([f"alkstore test time limit: {limit}"])

@@ -154,6 +154,11 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"alkstore engine: {info.name} ({info.distribution} {info.version})",
         f"alkstore capabilities: {engine.capabilities}",
     ]
+    timeout = _suite_timeout(config)
+    lines.append(
+        "alkstore test time limit: "
+        + ("pytest-timeout's own setting" if timeout is None else f"{timeout:g} s per test")
+    )
     described = provider.describe()  # type: ignore[attr-defined]
     if described:
         lines.append(f"alkstore provider: {described}")
