@@ -18,8 +18,10 @@ import re
 import select
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -656,3 +658,74 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(dsn: str) -> None:
     finally:
         os.close(writer)
     assert (result.returncode, result.stderr) == (1, "")
+
+
+# Long-running commands: what ends them, and what must not
+
+
+EXITING_HANDLER = '''
+"""A handler that ends the process the way scripts do: sys.exit, here with code 0."""
+
+import sys
+
+
+def handle(job):
+    sys.exit(0)
+'''
+
+
+def test_worker_exits_1_when_a_handler_raises_system_exit_releasing_its_claims(
+    dsn: str, tmp_path: Path
+) -> None:
+    (tmp_path / "exiting_handler.py").write_text(EXITING_HANDLER)
+    with alkstore.open(dsn) as store:
+        job_id = store.queue("q").enqueue("last words")
+    with started("worker", "q", "exiting_handler:handle", "--dsn", dsn, cwd=tmp_path) as worker:
+        out, err = worker.communicate(timeout=20)  # it must end by itself, not stall
+    assert worker.returncode == 1, err  # not the handler's 0: the worker did not finish its work
+    assert out.decode() == "handled 0: 0 succeeded, 0 failed, 1 released, 0 lost\n"
+    assert (
+        f"alkstore: job {job_id} of 'q': the handler raised SystemExit: 0; "
+        "the worker stops and releases its claims\n"
+    ) in err.decode()
+    with alkstore.open(dsn) as store:
+        job = store.queue("q").get_job(job_id)
+    assert job is not None
+    assert (job.state, job.attempts) == ("pending", 0)
+
+
+def test_run_schedules_stands_by_again_after_losing_leadership(tmp_path: Path) -> None:
+    path = tmp_path / "store.db"
+    dsn = f"sqlite:///{path}?scheduler_lease_s=0.6"
+    with alkstore.open(dsn) as store:
+        store.schedule("tick", "@every 1s", "ticks", {})
+    with started("run-schedules", "--owner", "cli-runner", "--dsn", dsn) as runner:
+        assert runner.stderr is not None
+        read_until(runner.stderr.fileno(), "running schedules")
+        with alkstore.open(dsn) as store:
+            poll(lambda: _scheduler_owner(store) == "cli-runner" or None, what="the CLI to lead")
+            # Its lease lapses (as after a long stall) and another runner takes over.
+            with sqlite3.connect(path) as connection:
+                connection.execute("UPDATE __alkstore_locks SET expires_at = 0")
+            usurping = threading.Event()
+            usurper = threading.Thread(
+                target=store.run_schedules, args=(usurping,), kwargs={"owner": "usurper"}
+            )
+            usurper.start()
+            try:
+                said = read_until(runner.stderr.fileno(), "standing by to lead again").decode()
+            finally:
+                usurping.set()  # the usurper stops and releases leadership
+                usurper.join(10)
+            poll(lambda: _scheduler_owner(store) == "cli-runner" or None, what="the CLI to lead")
+        assert runner.poll() is None, "run-schedules ended when it lost leadership"
+        _, err = finish(runner, stop=True)
+    assert runner.returncode == 0, err
+    assert (
+        "alkstore: 'cli-runner' failed to renew '__alkstore_scheduler'; standing by to lead again"
+    ) in said
+
+
+def _scheduler_owner(store: alkstore.Store) -> str | None:
+    held = [lock for lock in store.inspect().locks() if lock.name == alkstore.SCHEDULER_LOCK]
+    return held[0].owner if held else None

@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -221,3 +226,48 @@ def _assert_in_order_without_gaps(handled: list[int], published: list[int]) -> N
         assert index <= furthest + 1, f"skipped from {published[furthest]} to {offset}"
         furthest = max(furthest, index)
     assert furthest == len(published) - 1
+
+
+def test_the_tail_command_rides_out_a_server_restart() -> None:
+    with throwaway_cluster() as server:
+        dsn = (
+            f"postgresql://postgres:{PASSWORD}@127.0.0.1:{server.port}/postgres?connect_timeout_s=1"
+        )
+        with alkstore.open(dsn) as store:
+            before = store.stream("orders").publish("before")
+        tail = subprocess.Popen(
+            [sys.executable, "-m", "alkstore._cli", "tail", "orders", "--from", "0", "--dsn", dsn],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        with tail:
+            try:
+                printed = _lines(tail.stdout)
+                assert printed.get(timeout=15) == f'{before} "before"'
+                with _server_stopped(server):
+                    time.sleep(3)
+                with alkstore.open(dsn) as store:
+                    after = store.stream("orders").publish("after")
+                assert printed.get(timeout=15) == f'{after} "after"'
+                assert tail.poll() is None, "tail ended during the outage"
+                tail.send_signal(signal.SIGTERM)
+                _, err = tail.communicate(timeout=15)
+            finally:
+                if tail.poll() is None:
+                    tail.kill()
+    assert tail.returncode == 0, err
+    (warning,) = [line for line in err.splitlines() if line.startswith("alkstore: tail of")]
+    assert "reading 'orders' failed; retrying" in warning
+    assert PASSWORD not in err
+
+
+def _lines(stream: IO[str] | None) -> queue.Queue[str]:
+    """The lines ``stream`` yields, as they come, read on a thread."""
+    assert stream is not None
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line.rstrip("\n"))
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines

@@ -374,8 +374,8 @@ class Worker:
             log.warning("job %s of %r failed", job.id, job.queue, exc_info=True)
             await asyncio.to_thread(self._settle, held, functools.partial(job.retry, exc), "failed")
         except BaseException as exc:
+            self._abort_by_handler(job, exc)  # first: no claim may take the job back meanwhile
             await asyncio.to_thread(self._release, [held])
-            self._abort_by_handler(job, exc)
         else:
             await asyncio.to_thread(self._settle, held, job.ack, "succeeded")
 
@@ -440,8 +440,8 @@ class Worker:
             log.warning("job %s of %r failed", job.id, job.queue, exc_info=True)
             self._settle(held, functools.partial(job.retry, exc), "failed")
         except BaseException as exc:
+            self._abort_by_handler(job, exc)  # first: no claim may take the job back meanwhile
             self._release([held])
-            self._abort_by_handler(job, exc)
         else:
             self._settle(held, job.ack, "succeeded")
 

@@ -1,7 +1,9 @@
 """Commands that run until stopped: worker, tail, listen, run-schedules.
 
 Each stops cleanly on SIGTERM or SIGINT. On a terminal the worker shows live
-progress on stderr; stdout carries only what scripts may parse.
+progress on stderr; stdout carries only what scripts may parse. Each rides
+out a database outage (one warning on stderr, then it carries on); the worker
+exits 1 when a handler raises ``SystemExit`` or ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import logging
 import os
 import sys
 import time
@@ -17,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from alkstore._cli._common import (
+    EXIT_ERROR,
     EXIT_NOTHING,
     EXIT_OK,
     UsageError,
@@ -25,12 +29,20 @@ from alkstore._cli._common import (
     queue_named,
 )
 from alkstore._cli._output import Progress, clip
+from alkstore._errors import Database, LeadershipLost
+from alkstore._running import Outage
 from alkstore._signals import stop_on_signals
-from alkstore._stream import EventReceiver
+from alkstore._store import StopSignal, default_owner
+from alkstore._stream import EventReceiver, Stream
 from alkstore._values import StreamEvent
 from alkstore._worker import Worker
 
 __all__ = ["register"]
+
+log = logging.getLogger("alkstore.cli")
+
+_STAND_BY_AGAIN_S = 1.0
+"""The pause before a runner that lost scheduler leadership campaigns again."""
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -67,6 +79,7 @@ def _add_until_options(parser: argparse.ArgumentParser, things: str) -> None:
 
 def _worker(arguments: argparse.Namespace) -> int:
     handler = _import_handler(arguments.handler)
+    handler_exit = False
     with opened_store(arguments, creates=True) as store:
         worker = Worker(
             store, queue_named(store, arguments.queue), handler,
@@ -75,8 +88,13 @@ def _worker(arguments: argparse.Namespace) -> int:
         )  # fmt: skip
         with stop_on_signals(on_second=worker.hurry) as stop:
             _say(f"worker {worker.worker_id} on {arguments.queue!r} (Ctrl-C to stop)")
-            with Progress(lambda: _describe(worker)):
-                worker.run(stop)
+            try:
+                with Progress(lambda: _describe(worker)):
+                    worker.run(stop)
+            except (SystemExit, KeyboardInterrupt):
+                # Signals only set ``stop`` here, so these came from a handler; the
+                # worker logged it and released its claims. Exit 1, whatever its code.
+                handler_exit = True
     stats = worker.stats()
     if arguments.json:
         print_line({**dataclasses.asdict(stats), "handled": stats.handled})
@@ -85,7 +103,7 @@ def _worker(arguments: argparse.Namespace) -> int:
             f"handled {stats.handled}: {stats.succeeded} succeeded, {stats.failed} failed, "
             f"{stats.released} released, {stats.lost} lost"
         )
-    return EXIT_OK
+    return EXIT_ERROR if handler_exit else EXIT_OK
 
 
 def _describe(worker: Worker) -> str:
@@ -124,7 +142,8 @@ def _tail(arguments: argparse.Namespace) -> int:
         else:
             start = next((s.head for s in store.inspect().streams() if s.name == stream.name), 0)
         _say(f"tailing {stream.name!r} after offset {start} (Ctrl-C to stop)")
-        with EventReceiver(stream, "(tail)", stream._watch(), start) as events:
+        events = _TailReceiver(stream, start, stop)
+        try:
             for _ in _until(arguments, stop.is_set):
                 event = events.recv(0.25)
                 if event is None:
@@ -133,7 +152,47 @@ def _tail(arguments: argparse.Namespace) -> int:
                 seen += 1
                 if arguments.count is not None and seen >= arguments.count:
                     break
+        finally:
+            events.close()
     return EXIT_OK if seen or arguments.timeout is None else EXIT_NOTHING
+
+
+class _TailReceiver:
+    """A stream's events after ``start``, through outages and watcher deaths.
+
+    A failed read is retried after a pause (one warning per outage); the
+    receiver's position moves only on a successful read, so nothing is skipped
+    or printed twice. A receiver that closes (its watcher died) is replaced,
+    starting after the last event printed.
+    """
+
+    def __init__(self, stream: Stream, start: int, stop: StopSignal) -> None:
+        self._stream = stream
+        self._stop = stop
+        self._after = start
+        self._outage = Outage(log, f"tail of {stream.name!r}")
+        self._receiver: EventReceiver | None = None
+
+    def recv(self, timeout: float) -> StreamEvent | None:
+        """The next event, or None after ``timeout`` or a pause for an outage."""
+        try:
+            if self._receiver is None or self._receiver.closed:
+                self.close()
+                self._receiver = EventReceiver(
+                    self._stream, "(tail)", self._stream._watch(), self._after
+                )
+            event = self._receiver.recv(timeout)
+        except Database as exc:
+            self._stop.wait(self._outage.failed(f"reading {self._stream.name!r}", exc))
+            return None
+        self._outage.succeeded()
+        if event is not None:
+            self._after = event.offset
+        return event
+
+    def close(self) -> None:
+        if self._receiver is not None:
+            self._receiver.close()
 
 
 def _print_event(event: StreamEvent, as_json: bool) -> None:
@@ -179,9 +238,17 @@ def _until(arguments: argparse.Namespace, stopped: Callable[[], bool]) -> Iterat
 
 
 def _run_schedules(arguments: argparse.Namespace) -> int:
+    # One owner for the whole run, so that leadership re-taken is this runner's.
+    owner = default_owner() if arguments.owner is None else arguments.owner
     with opened_store(arguments) as store, stop_on_signals() as stop:
         _say("running schedules (Ctrl-C to stop)")
-        store.run_schedules(stop, owner=arguments.owner)
+        while not stop.is_set():
+            try:
+                store.run_schedules(stop, owner=owner)
+            except LeadershipLost as exc:
+                # A daemon that died of a lost lease would leave schedules unfired.
+                log.warning("%s; standing by to lead again", exc)
+                stop.wait(_STAND_BY_AGAIN_S)
     return EXIT_OK
 
 
