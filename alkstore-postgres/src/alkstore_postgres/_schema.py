@@ -1,52 +1,187 @@
-"""The engine's schema, created and migrated on open under an advisory lock."""
+"""The engine's schema: created or migrated on open under an advisory lock, then checked.
+
+Version 1 indexed names themselves; version 2 indexes their keys (``_sql``),
+so names too long for a btree entry work. A version-1 schema is migrated in
+place, rows kept, by the first process to open it.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 import psycopg
 
-from alkstore_postgres._sql import Statements
+from alkstore import Database
+from alkstore_postgres._sql import INDEXES, SCHEMA_DDL, TABLES, key_of, render
 
 __all__ = ["SCHEMA_VERSION", "migrate"]
 
-SCHEMA_VERSION = 1
+
+def _add_keys(table: str, keys: Mapping[str, str]) -> tuple[str, ...]:
+    """Templates giving ``table`` a key column for each name column, filled from it."""
+    return (
+        f"ALTER TABLE {{s}}.{table} " + ", ".join(f"ADD COLUMN {key} bytea" for key in keys),
+        f"UPDATE {{s}}.{table} SET "
+        + ", ".join(f"{key} = {key_of(name)}" for key, name in keys.items()),
+        f"ALTER TABLE {{s}}.{table} "
+        + ", ".join(f"ALTER COLUMN {key} SET NOT NULL" for key in keys),
+    )
 
 
-def migrate(connection: psycopg.Connection, schema: str, statements: Statements) -> int:
-    """Bring ``schema`` to :data:`SCHEMA_VERSION`; return the version found.
+_V1_TO_V2 = (
+    "DROP INDEX {s}.jobs_ready, {s}.jobs_claimed, {s}.jobs_expiring, {s}.dead_by_queue",
+    *_add_keys("jobs", {"queue_key": "queue"}),
+    *_add_keys("dead", {"queue_key": "queue"}),
+    *_add_keys("stream_heads", {"stream_key": "stream"}),
+    "ALTER TABLE {s}.stream_heads DROP CONSTRAINT stream_heads_pkey, ADD PRIMARY KEY (stream_key)",
+    *_add_keys("events", {"stream_key": "stream"}),
+    'ALTER TABLE {s}.events DROP CONSTRAINT events_pkey, ADD PRIMARY KEY (stream_key, "offset")',
+    "ALTER TABLE {s}.events DROP COLUMN stream",
+    *_add_keys("offsets", {"stream_key": "stream", "consumer_key": "consumer"}),
+    "ALTER TABLE {s}.offsets DROP CONSTRAINT offsets_pkey, "
+    "ADD PRIMARY KEY (stream_key, consumer_key)",
+    *_add_keys("locks", {"name_key": "name"}),
+    "ALTER TABLE {s}.locks DROP CONSTRAINT locks_pkey, ADD PRIMARY KEY (name_key)",
+    *_add_keys("schedules", {"name_key": "name"}),
+    "ALTER TABLE {s}.schedules DROP CONSTRAINT schedules_pkey, ADD PRIMARY KEY (name_key)",
+    # the indexes dropped above come back on keys with the current schema's DDL
+)
 
-    Processes opening a fresh database at once serialise on an advisory lock
-    keyed by the schema name, so each finds the schema absent or current.
+_MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2}
+"""Templates taking a schema from the version they are keyed by to the next one."""
+
+SCHEMA_VERSION = 2
+
+# One query over the catalog, no table read: every engine table's columns with
+# their types, and every engine index (relkind 'i', no columns listed).
+_SHAPE = (
+    "SELECT c.relname, c.relkind = 'i', a.attname, format_type(a.atttypid, a.atttypmod) "
+    "FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+    "LEFT JOIN pg_attribute AS a ON a.attrelid = c.oid AND c.relkind <> 'i' "
+    "AND a.attnum > 0 AND NOT a.attisdropped "
+    "WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p', 'i') "
+    "AND c.relname = ANY(%(names)s) ORDER BY c.relname, a.attnum"
+)
+
+
+class _Shape:
+    """What the catalog says of the engine's tables and indexes in a schema."""
+
+    def __init__(self, connection: psycopg.Connection, schema: str) -> None:
+        self.tables: dict[str, dict[str, str]] = {}
+        self.indexes: set[str] = set()
+        names = [*TABLES, *(f"{table}_pkey" for table in TABLES), *INDEXES]
+        rows = connection.execute(_SHAPE, {"schema": schema, "names": names}).fetchall()
+        for relation, is_index, column, kind in rows:
+            if is_index:
+                self.indexes.add(relation)
+            else:
+                columns = self.tables.setdefault(relation, {})
+                if column is not None:
+                    columns[column] = kind
+
+    def problems(self) -> list[str]:
+        """Each difference from the current version's tables and indexes, in words."""
+        found: list[str] = []
+        for table, (columns, _) in TABLES.items():
+            have = self.tables.get(table)
+            if have is None:
+                found.append(f"table {table} is missing")
+                continue
+            expected = {name: kind for name, kind, _ in columns}
+            for name, kind in expected.items():
+                if name not in have:
+                    found.append(f"table {table} has no column {name}")
+                elif have[name] != kind:
+                    found.append(f"column {table}.{name} is {have[name]}, not {kind}")
+            found.extend(
+                f"table {table} has a column {name} alkstore does not use"
+                for name in have
+                if name not in expected
+            )
+        wanted = [*(f"{table}_pkey" for table in TABLES), *INDEXES]
+        found.extend(f"index {index} is missing" for index in wanted if index not in self.indexes)
+        return found
+
+
+def migrate(connection: psycopg.Connection, schema: str) -> int:
+    """Bring ``schema`` to :data:`SCHEMA_VERSION` and check it; return the version found.
+
+    Processes opening a schema at once serialise on an advisory lock keyed by
+    its name, so each finds it absent, older (and migrates it, rows kept) or
+    current. Then every engine table, column (with its type) and index is
+    checked, so a damaged or altered schema is refused at open rather than
+    failing later, on whichever call first touches the altered part.
 
     Raises:
-        RuntimeError: the schema was written by a newer alkstore-postgres.
+        alkstore.Database: the stored version is not a version number, is newer
+            than this alkstore-postgres understands (upgrade it), the schema
+            holds engine tables but no version, or a table, column or index is
+            missing or altered (each named).
+        psycopg.Error: the server failed a statement.
     """
-    quoted = '"' + schema.replace('"', '""') + '"'
     key = int.from_bytes(
         hashlib.blake2b(schema.encode(), digest_size=8).digest(), "big", signed=True
     )
     with connection.transaction():
-        connection.execute("SELECT pg_advisory_xact_lock(%s)", (key,))
-        connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
-        connection.execute(
-            f"CREATE TABLE IF NOT EXISTS {quoted}.meta (key text PRIMARY KEY, value text NOT NULL)"
-        )
-        row = connection.execute(
-            f"SELECT value FROM {quoted}.meta WHERE key = 'schema_version'"
-        ).fetchone()
-        found = int(row[0]) if row else 0
-        if found > SCHEMA_VERSION:
-            raise RuntimeError(
-                f"schema {schema!r} is alkstore version {found}, newer than this "
-                f"alkstore-postgres understands ({SCHEMA_VERSION}); upgrade alkstore-postgres"
+        connection.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": key})
+        connection.execute(render("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+        connection.execute(render(SCHEMA_DDL[0], schema))  # meta, where the version is
+        found = _stored_version(connection, schema)
+        if found == 0 and set(_Shape(connection, schema).tables) - {"meta"}:
+            raise Database(
+                f"schema {schema!r} holds tables named like alkstore's but no alkstore schema "
+                "version (no row 'schema_version' in its meta table): it is not an alkstore "
+                "schema, or the row was deleted; choose another schema (option 'schema')"
             )
         if found < SCHEMA_VERSION:
-            for statement in statements.schema_ddl:
-                connection.execute(statement)
+            # An older schema is migrated step by step; a new one gets the current DDL only.
+            for version in range(found, SCHEMA_VERSION) if found else ():
+                for template in _MIGRATIONS[version]:
+                    connection.execute(render(template, schema))
+            for template in SCHEMA_DDL:
+                connection.execute(render(template, schema))
             connection.execute(
-                f"INSERT INTO {quoted}.meta (key, value) VALUES ('schema_version', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (str(SCHEMA_VERSION),),
+                render(
+                    "INSERT INTO {s}.meta (key, value) VALUES ('schema_version', %(version)s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    schema,
+                ),
+                {"version": str(SCHEMA_VERSION)},
+            )
+        problems = _Shape(connection, schema).problems()
+        if problems:
+            raise Database(
+                f"the alkstore tables in schema {schema!r} (version {SCHEMA_VERSION}) were "
+                f"altered: {'; '.join(problems)}; restore them from a backup"
             )
     return found
+
+
+def _stored_version(connection: psycopg.Connection, schema: str) -> int:
+    """The version in the schema's meta table: 0 when there is none yet.
+
+    Raises:
+        alkstore.Database: it is not a whole number, or is newer than this
+            alkstore-postgres understands.
+    """
+    row = connection.execute(
+        render("SELECT value FROM {s}.meta WHERE key = 'schema_version'", schema)
+    ).fetchone()
+    if row is None:
+        return 0
+    text = row[0]
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise Database(
+            f"the alkstore schema version stored in {schema!r}.meta is {text!r}, which no "
+            f"alkstore-postgres writes (it writes whole numbers, {SCHEMA_VERSION} today): "
+            "the schema was altered; restore it from a backup"
+        )
+    version = int(text)
+    if version > SCHEMA_VERSION:
+        raise Database(
+            f"schema {schema!r} is alkstore version {version}, newer than this "
+            f"alkstore-postgres understands ({SCHEMA_VERSION}); upgrade alkstore-postgres"
+        )
+    return version

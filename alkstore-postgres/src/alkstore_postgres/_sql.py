@@ -1,99 +1,223 @@
 """Every SQL statement the engine runs, apart from how connections are driven.
 
-``{s}`` is the engine's schema (quoted) and ``{now}`` the database server's
-clock at the start of the statement, in Unix seconds: every deadline, run
-time, expiry and lock TTL comes from the server, so worker hosts with skewed
-clocks still agree. Values are always bound, never interpolated.
+Templates name their parts in braces, filled in once per store with
+``psycopg.sql`` (:func:`render`): ``{s}`` is the engine's schema, ``{now}``
+the database server's clock at the start of the statement, in Unix seconds
+(every deadline, run time, expiry and lock TTL comes from the server, so
+worker hosts with skewed clocks still agree), and ``{queue_key}``,
+``{stream_key}``, ``{consumer_key}`` and ``{name_key}`` the key of the name
+bound as ``%(queue)s``, ``%(stream)s``, ``%(consumer)s`` or ``%(name)s``.
+Values are always bound, never interpolated.
+
+Names are found by key. A name may be 1,000 characters of 4 bytes each, more
+than the 2,704 bytes a btree index entry holds, so every index and unique key
+on a name is on its key instead: the SHA-256 of its UTF-8 text (a weak hash
+would let a crafted name collide on a unique key and make ``ON CONFLICT``
+write another name's row). The server computes each key from the bound name
+in the statement that uses it, so a key never disagrees with its name; the
+rows keep the names themselves. The digest is written out in each statement
+rather than wrapped in a SQL function: ``convert_to`` is STABLE, so an
+IMMUTABLE wrapper is never inlined, and each index expression calling it
+would run the SQL-function machinery on every insert and claim.
 """
 
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Mapping
 
-__all__ = ["Statements"]
+from psycopg import sql
+
+__all__ = ["INDEXES", "SCHEMA_DDL", "TABLES", "Statements", "key_of", "render"]
 
 NOW = "extract(epoch FROM statement_timestamp())::float8"
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS {s}.jobs (
-    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    queue text NOT NULL,
-    payload text NOT NULL,
-    priority int NOT NULL,
-    run_at float8 NOT NULL,
-    created_at float8 NOT NULL,
-    expires_at float8,
-    attempts int NOT NULL DEFAULT 0,
-    max_attempts int NOT NULL,
-    visibility_timeout_s float8 NOT NULL,
-    backoff_base_s float8 NOT NULL,
-    retention_s float8,
-    worker_id text,
-    deadline float8,
-    last_error text
-);
-CREATE INDEX IF NOT EXISTS jobs_ready
-    ON {s}.jobs (queue, priority DESC, run_at, id) WHERE deadline IS NULL;
-CREATE INDEX IF NOT EXISTS jobs_claimed ON {s}.jobs (queue, deadline) WHERE deadline IS NOT NULL;
-CREATE INDEX IF NOT EXISTS jobs_expiring
-    ON {s}.jobs (queue, expires_at) WHERE expires_at IS NOT NULL;
-CREATE TABLE IF NOT EXISTS {s}.dead (
-    id bigint PRIMARY KEY,
-    queue text NOT NULL,
-    payload text NOT NULL,
-    priority int NOT NULL,
-    run_at float8 NOT NULL,
-    created_at float8 NOT NULL,
-    expires_at float8,
-    attempts int NOT NULL,
-    max_attempts int NOT NULL,
-    retention_s float8,
-    worker_id text,
-    last_error text,
-    died_at float8 NOT NULL
-);
-CREATE INDEX IF NOT EXISTS dead_by_queue ON {s}.dead (queue, died_at);
-CREATE TABLE IF NOT EXISTS {s}.stream_heads (stream text PRIMARY KEY, head bigint NOT NULL);
-CREATE TABLE IF NOT EXISTS {s}.events (
-    stream text NOT NULL,
-    "offset" bigint NOT NULL,
-    key text,
-    payload text NOT NULL,
-    created_at float8 NOT NULL,
-    PRIMARY KEY (stream, "offset")
-);
-CREATE TABLE IF NOT EXISTS {s}.offsets (
-    stream text NOT NULL,
-    consumer text NOT NULL,
-    "offset" bigint NOT NULL,
-    PRIMARY KEY (stream, consumer)
-);
-CREATE TABLE IF NOT EXISTS {s}.locks (
-    name text PRIMARY KEY,
-    owner text NOT NULL,
-    expires_at float8 NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {s}.schedules (
-    name text PRIMARY KEY,
-    spec text NOT NULL,
-    interval_s bigint NOT NULL,
-    queue text NOT NULL,
-    payload text NOT NULL,
-    priority int NOT NULL,
-    max_attempts int,
-    expires_s float8,
-    anchor float8 NOT NULL,
-    next_fire_at float8 NOT NULL
+
+def key_of(expression: str) -> str:
+    """SQL for the key of the stored name ``expression`` (a column or a placeholder)."""
+    return f"sha256(convert_to({expression}, 'UTF8'))"
+
+
+_KEYS = {
+    "queue_key": key_of("%(queue)s"),
+    "stream_key": key_of("%(stream)s"),
+    "consumer_key": key_of("%(consumer)s"),
+    "name_key": key_of("%(name)s"),
+}
+
+Column = tuple[str, str, str]
+"""A column: its name, its type as ``format_type`` spells it, the rest of its declaration."""
+
+TABLES: Mapping[str, tuple[tuple[Column, ...], tuple[str, ...]]] = {
+    "meta": ((("key", "text", "NOT NULL"), ("value", "text", "NOT NULL")), ("key",)),
+    "jobs": (
+        (
+            ("id", "bigint", "GENERATED ALWAYS AS IDENTITY"),
+            ("queue_key", "bytea", "NOT NULL"),
+            ("queue", "text", "NOT NULL"),
+            ("payload", "text", "NOT NULL"),
+            ("priority", "integer", "NOT NULL"),
+            ("run_at", "double precision", "NOT NULL"),
+            ("created_at", "double precision", "NOT NULL"),
+            ("expires_at", "double precision", ""),
+            ("attempts", "integer", "NOT NULL DEFAULT 0"),
+            ("max_attempts", "integer", "NOT NULL"),
+            ("visibility_timeout_s", "double precision", "NOT NULL"),
+            ("backoff_base_s", "double precision", "NOT NULL"),
+            ("retention_s", "double precision", ""),
+            ("worker_id", "text", ""),
+            ("deadline", "double precision", ""),
+            ("last_error", "text", ""),
+        ),
+        ("id",),
+    ),
+    "dead": (
+        (
+            ("id", "bigint", "NOT NULL"),
+            ("queue_key", "bytea", "NOT NULL"),
+            ("queue", "text", "NOT NULL"),
+            ("payload", "text", "NOT NULL"),
+            ("priority", "integer", "NOT NULL"),
+            ("run_at", "double precision", "NOT NULL"),
+            ("created_at", "double precision", "NOT NULL"),
+            ("expires_at", "double precision", ""),
+            ("attempts", "integer", "NOT NULL"),
+            ("max_attempts", "integer", "NOT NULL"),
+            ("retention_s", "double precision", ""),
+            ("worker_id", "text", ""),
+            ("last_error", "text", ""),
+            ("died_at", "double precision", "NOT NULL"),
+        ),
+        ("id",),
+    ),
+    "stream_heads": (
+        (
+            ("stream_key", "bytea", "NOT NULL"),
+            ("stream", "text", "NOT NULL"),
+            ("head", "bigint", "NOT NULL"),
+        ),
+        ("stream_key",),
+    ),
+    # An event's stream name is its head row's: events hold only the key.
+    "events": (
+        (
+            ("stream_key", "bytea", "NOT NULL"),
+            ("offset", "bigint", "NOT NULL"),
+            ("key", "text", ""),
+            ("payload", "text", "NOT NULL"),
+            ("created_at", "double precision", "NOT NULL"),
+        ),
+        ("stream_key", "offset"),
+    ),
+    "offsets": (
+        (
+            ("stream_key", "bytea", "NOT NULL"),
+            ("consumer_key", "bytea", "NOT NULL"),
+            ("stream", "text", "NOT NULL"),
+            ("consumer", "text", "NOT NULL"),
+            ("offset", "bigint", "NOT NULL"),
+        ),
+        ("stream_key", "consumer_key"),
+    ),
+    "locks": (
+        (
+            ("name_key", "bytea", "NOT NULL"),
+            ("name", "text", "NOT NULL"),
+            ("owner", "text", "NOT NULL"),
+            ("expires_at", "double precision", "NOT NULL"),
+        ),
+        ("name_key",),
+    ),
+    "schedules": (
+        (
+            ("name_key", "bytea", "NOT NULL"),
+            ("name", "text", "NOT NULL"),
+            ("spec", "text", "NOT NULL"),
+            ("interval_s", "bigint", "NOT NULL"),
+            ("queue", "text", "NOT NULL"),
+            ("payload", "text", "NOT NULL"),
+            ("priority", "integer", "NOT NULL"),
+            ("max_attempts", "integer", ""),
+            ("expires_s", "double precision", ""),
+            ("anchor", "double precision", "NOT NULL"),
+            ("next_fire_at", "double precision", "NOT NULL"),
+        ),
+        ("name_key",),
+    ),
+}
+"""The engine's tables: columns and primary key (its index is ``<table>_pkey``)."""
+
+INDEXES: Mapping[str, str] = {
+    "jobs_ready": "{s}.jobs (queue_key, priority DESC, run_at, id) WHERE deadline IS NULL",
+    "jobs_claimed": "{s}.jobs (queue_key, deadline) WHERE deadline IS NOT NULL",
+    "jobs_expiring": "{s}.jobs (queue_key, expires_at) WHERE expires_at IS NOT NULL",
+    "dead_by_queue": "{s}.dead (queue_key, died_at)",
+}
+"""The secondary indexes, by name: what each is ``ON``."""
+
+
+def _table_ddl(table: str) -> str:
+    columns, primary_key = TABLES[table]
+    declared = [" ".join(filter(None, (_quoted(name), kind, rest))) for name, kind, rest in columns]
+    declared.append(f"PRIMARY KEY ({', '.join(map(_quoted, primary_key))})")
+    return f"CREATE TABLE IF NOT EXISTS {{s}}.{table} ({', '.join(declared)})"
+
+
+def _quoted(column: str) -> str:
+    return sql.Identifier(column).as_string(None)
+
+
+SCHEMA_DDL: tuple[str, ...] = (
+    *(_table_ddl(table) for table in TABLES),
+    *(f"CREATE INDEX IF NOT EXISTS {name} ON {on}" for name, on in INDEXES.items()),
 )
-"""
+"""Templates creating the current schema where it is absent (``meta`` first)."""
+
+_PLACEHOLDER = re.compile(r"%(\([^)]*\))?[sbt]")
+
+
+def render(template: str, schema: str) -> str:
+    """``template`` as psycopg runs it, its braced parts filled in for ``schema``.
+
+    The schema is quoted by :class:`psycopg.sql.Identifier`, so any name
+    PostgreSQL accepts is safe. psycopg reads ``%`` placeholders only in a
+    statement run with parameters, and the engine runs a statement with
+    parameters exactly when it has placeholders: there, a ``%`` in the
+    schema's name is doubled to stay a ``%``.
+    """
+    bound = _PLACEHOLDER.search(template) is not None or any(
+        f"{{{name}}}" in template for name in _KEYS
+    )
+    return _render(template, schema, bound=bound)
+
+
+def _render(template: str, schema: str, *, bound: bool) -> str:
+    quoted = sql.Identifier(schema).as_string(None)
+    jobs = sql.Literal(f"{quoted}.jobs").as_string(None)
+    if bound:
+        quoted, jobs = quoted.replace("%", "%%"), jobs.replace("%", "%%")
+    parts = {"s": quoted, "jobs_table": jobs, "now": NOW, **_KEYS}
+    return (
+        sql.SQL(template)
+        .format(**{name: sql.SQL(text) for name, text in parts.items()})
+        .as_string(None)
+    )
+
+
+def render_bound(template: str, schema: str) -> str:
+    """Like :func:`render`, for a statement always run with parameters
+    (``tx.execute`` passes them even when empty)."""
+    return _render(template, schema, bound=True)
+
 
 _DEAD_COLUMNS = (
-    "id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts, "
-    "retention_s, worker_id, last_error, died_at"
+    "id, queue_key, queue, payload, priority, run_at, created_at, expires_at, attempts, "
+    "max_attempts, retention_s, worker_id, last_error, died_at"
 )
 _MOVED = (
-    "id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts, "
-    "retention_s, worker_id"
+    "id, queue_key, queue, payload, priority, run_at, created_at, expires_at, attempts, "
+    "max_attempts, retention_s, worker_id"
 )
 HOLDS = "id = %(id)s AND attempts = %(attempts)s AND worker_id = %(worker)s AND deadline >= {now}"
 READY = "deadline IS NULL AND run_at <= {now} AND (expires_at IS NULL OR expires_at > {now})"
@@ -107,29 +231,27 @@ class Statements:
     """The statements of one schema, rendered once."""
 
     def __init__(self, schema: str) -> None:
-        quoted = '"' + schema.replace('"', '""') + '"'
-        render = functools.partial(_render, quoted)
-        self.schema_ddl = [render(part) for part in SCHEMA.split(";") if part.strip()]
+        render = functools.partial(_render_in, schema)
         self.enqueue = render(
-            "INSERT INTO {s}.jobs (queue, payload, priority, run_at, created_at, expires_at, "
-            "max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
-            "VALUES (%(queue)s, %(payload)s, %(priority)s, "
+            "INSERT INTO {s}.jobs (queue_key, queue, payload, priority, run_at, created_at, "
+            "expires_at, max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
+            "VALUES ({queue_key}, %(queue)s, %(payload)s, %(priority)s, "
             "COALESCE(%(run_at)s, {now} + %(delay)s), {now}, {now} + %(expires_in)s, "
             "%(max_attempts)s, %(visibility)s, %(backoff)s, %(retention)s) "
             "RETURNING id, pg_notify(%(channel)s, %(key)s)"
         )
         # Buffered enqueues of a transaction: ids reserved ahead, rows sent together.
         self.reserve_job_ids = render(
-            "SELECT nextval(pg_get_serial_sequence('{s}.jobs', 'id')) "
+            "SELECT nextval(pg_get_serial_sequence({jobs_table}, 'id')) "
             "FROM generate_series(1, %(reserve)s)"
         )
         # One statement for any number of rows: a column array per parameter, sent
         # in binary (%(...)b): text arrays would be escaped element by element.
         self.enqueue_reserved = render(
-            "INSERT INTO {s}.jobs (id, queue, payload, priority, run_at, created_at, expires_at, "
-            "max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
-            "OVERRIDING SYSTEM VALUE "
-            "SELECT id, queue, payload, priority, COALESCE(run_at, {now} + delay), {now}, "
+            "INSERT INTO {s}.jobs (id, queue_key, queue, payload, priority, run_at, created_at, "
+            "expires_at, max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
+            f"OVERRIDING SYSTEM VALUE SELECT id, {key_of('queue')}, queue, payload, priority, "
+            "COALESCE(run_at, {now} + delay), {now}, "
             "{now} + expires_in, max_attempts, visibility, backoff, retention "
             "FROM unnest(%(id)b::bigint[], %(queue)b::text[], %(payload)b::text[], "
             "%(priority)b::int[], %(run_at)b::float8[], %(delay)b::float8[], "
@@ -140,7 +262,7 @@ class Statements:
         )
         self.lapsed_to_dead = render(
             f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE id IN ("
-            "SELECT id FROM {s}.jobs WHERE queue = %(queue)s AND deadline < {now} "
+            "SELECT id FROM {s}.jobs WHERE queue_key = {queue_key} AND deadline < {now} "
             "AND attempts >= max_attempts FOR UPDATE SKIP LOCKED) "
             f"RETURNING {_MOVED}) "
             f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) SELECT {_MOVED}, "
@@ -151,13 +273,13 @@ class Statements:
         # lapsing between the two statements must still go to dead letters.
         self.lapsed_to_pending = render(
             "UPDATE {s}.jobs SET deadline = NULL WHERE id IN ("
-            "SELECT id FROM {s}.jobs WHERE queue = %(queue)s AND deadline < {now} "
+            "SELECT id FROM {s}.jobs WHERE queue_key = {queue_key} AND deadline < {now} "
             "AND attempts < max_attempts FOR UPDATE SKIP LOCKED)"
         )
         self.claim = render(
             "UPDATE {s}.jobs SET attempts = attempts + 1, "
             "deadline = {now} + visibility_timeout_s, worker_id = %(worker)s "
-            "WHERE id IN (SELECT id FROM {s}.jobs WHERE queue = %(queue)s "
+            "WHERE id IN (SELECT id FROM {s}.jobs WHERE queue_key = {queue_key} "
             "AND deadline IS NULL AND run_at <= {now} "
             "AND (expires_at IS NULL OR expires_at > {now}) "
             "ORDER BY priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED) "
@@ -165,9 +287,12 @@ class Statements:
             "backoff_base_s, visibility_timeout_s"
         )
         self.ack = render("DELETE FROM {s}.jobs WHERE " + HOLDS)
+        # A NULL attempt acks any unexpired claim by the worker; a number only that claim.
         self.ack_batch = render(
-            "DELETE FROM {s}.jobs WHERE queue = %(queue)s AND worker_id = %(worker)s "
-            "AND deadline >= {now} AND id = ANY(%(ids)s)"
+            "DELETE FROM {s}.jobs AS j USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) "
+            "AS c(id, attempts) WHERE j.id = c.id "
+            "AND j.attempts = COALESCE(c.attempts, j.attempts) "
+            "AND j.queue_key = {queue_key} AND j.worker_id = %(worker)s AND j.deadline >= {now}"
         )
         self.retry = render(
             "UPDATE {s}.jobs SET deadline = NULL, run_at = {now} + %(delay)s, "
@@ -190,99 +315,114 @@ class Statements:
             + HOLDS
             + " RETURNING deadline"
         )
-        self.cancel_live = render("DELETE FROM {s}.jobs WHERE id = %(id)s AND queue = %(queue)s")
-        self.cancel_dead = render("DELETE FROM {s}.dead WHERE id = %(id)s AND queue = %(queue)s")
+        self.cancel_live = render(
+            "DELETE FROM {s}.jobs WHERE id = %(id)s AND queue_key = {queue_key}"
+        )
+        self.cancel_dead = render(
+            "DELETE FROM {s}.dead WHERE id = %(id)s AND queue_key = {queue_key}"
+        )
         self.get_live = render(
             "SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, "
             "max_attempts, worker_id, deadline, last_error "
-            "FROM {s}.jobs WHERE id = %(id)s AND queue = %(queue)s"
+            "FROM {s}.jobs WHERE id = %(id)s AND queue_key = {queue_key}"
         )
         self.get_dead = render(
             "SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, "
             "max_attempts, worker_id, last_error, died_at "
-            "FROM {s}.dead WHERE id = %(id)s AND queue = %(queue)s"
+            "FROM {s}.dead WHERE id = %(id)s AND queue_key = {queue_key}"
         )
         self.expired_to_dead = render(
-            f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE queue = %(queue)s "
+            f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE queue_key = {{queue_key}} "
             f"AND expires_at <= {{now}} RETURNING {_MOVED}) "
             f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) "
             f"SELECT {_MOVED}, 'expired', {{now}} FROM moved"
         )
         self.purge_dead = render(
-            "DELETE FROM {s}.dead WHERE queue = %(queue)s AND retention_s IS NOT NULL "
+            "DELETE FROM {s}.dead WHERE queue_key = {queue_key} AND retention_s IS NOT NULL "
             "AND died_at + retention_s <= {now}"
         )
         self.next_ready = render(
             "SELECT LEAST("
-            "(SELECT MIN(run_at) FROM {s}.jobs WHERE queue = %(queue)s AND deadline IS NULL "
-            "AND (expires_at IS NULL OR expires_at > {now})), "
-            "(SELECT MIN(deadline) FROM {s}.jobs WHERE queue = %(queue)s "
+            "(SELECT MIN(run_at) FROM {s}.jobs WHERE queue_key = {queue_key} "
+            "AND deadline IS NULL AND (expires_at IS NULL OR expires_at > {now})), "
+            "(SELECT MIN(deadline) FROM {s}.jobs WHERE queue_key = {queue_key} "
             "AND deadline IS NOT NULL)) - {now}"
         )
         self.publish = render(
-            "WITH head AS (INSERT INTO {s}.stream_heads AS h (stream, head) "
-            "VALUES (%(stream)s, 1) ON CONFLICT (stream) DO UPDATE SET head = h.head + 1 "
-            "RETURNING head) "
-            'INSERT INTO {s}.events (stream, "offset", key, payload, created_at) '
-            "SELECT %(stream)s, head, %(key)s, %(payload)s, {now} FROM head "
+            "WITH head AS (INSERT INTO {s}.stream_heads AS h (stream_key, stream, head) "
+            "VALUES ({stream_key}, %(stream)s, 1) "
+            "ON CONFLICT (stream_key) DO UPDATE SET head = h.head + 1 RETURNING head) "
+            'INSERT INTO {s}.events (stream_key, "offset", key, payload, created_at) '
+            "SELECT {stream_key}, head, %(key)s, %(payload)s, {now} FROM head "
             'RETURNING "offset", pg_notify(%(channel)s, %(wake)s)'
         )
         # A transaction's later publishes to a stream whose head it holds locked.
         self.publish_held = render(
-            "WITH head AS (UPDATE {s}.stream_heads SET head = %(head)s WHERE stream = %(stream)s) "
-            'INSERT INTO {s}.events (stream, "offset", key, payload, created_at) '
-            'SELECT %(stream)s, "offset", key, payload, {now} '
+            "WITH head AS (UPDATE {s}.stream_heads SET head = %(head)s "
+            "WHERE stream_key = {stream_key}) "
+            'INSERT INTO {s}.events (stream_key, "offset", key, payload, created_at) '
+            'SELECT {stream_key}, "offset", key, payload, {now} '
             "FROM unnest(%(offset)b::bigint[], %(key)b::text[], %(payload)b::text[]) "
             'AS t("offset", key, payload)'
         )
         self.read_since = render(
             'SELECT "offset", key, payload, created_at FROM {s}.events '
-            'WHERE stream = %(stream)s AND "offset" > %(offset)s ORDER BY "offset" LIMIT %(limit)s'
+            'WHERE stream_key = {stream_key} AND "offset" > %(offset)s '
+            'ORDER BY "offset" LIMIT %(limit)s'
+        )
+        self.stream_head = render(
+            "SELECT COALESCE((SELECT head FROM {s}.stream_heads "
+            "WHERE stream_key = {stream_key}), 0)"
         )
         self.get_offset = render(
-            'SELECT "offset" FROM {s}.offsets WHERE stream = %(stream)s AND consumer = %(consumer)s'
+            'SELECT "offset" FROM {s}.offsets '
+            "WHERE stream_key = {stream_key} AND consumer_key = {consumer_key}"
         )
+        # Never past the head: a consumer there would skip every event until it.
         self.save_offset = render(
-            'INSERT INTO {s}.offsets AS o (stream, consumer, "offset") '
-            "VALUES (%(stream)s, %(consumer)s, %(offset)s) "
-            'ON CONFLICT (stream, consumer) DO UPDATE SET "offset" = excluded."offset" '
+            'INSERT INTO {s}.offsets AS o (stream_key, consumer_key, stream, consumer, "offset") '
+            "SELECT {stream_key}, {consumer_key}, %(stream)s, %(consumer)s, %(offset)s "
+            "WHERE %(offset)s <= COALESCE("
+            "(SELECT head FROM {s}.stream_heads WHERE stream_key = {stream_key}), 0) "
+            'ON CONFLICT (stream_key, consumer_key) DO UPDATE SET "offset" = excluded."offset" '
             'WHERE o."offset" < excluded."offset"'
         )
         self.notify = "SELECT pg_notify(%(channel)s, %(key)s)"
         self.try_lock = render(
-            "INSERT INTO {s}.locks AS l (name, owner, expires_at) "
-            "VALUES (%(name)s, %(owner)s, {now} + %(ttl)s) "
-            "ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, "
+            "INSERT INTO {s}.locks AS l (name_key, name, owner, expires_at) "
+            "VALUES ({name_key}, %(name)s, %(owner)s, {now} + %(ttl)s) "
+            "ON CONFLICT (name_key) DO UPDATE SET owner = excluded.owner, "
             "expires_at = excluded.expires_at WHERE l.expires_at <= {now} RETURNING owner"
         )
         self.lock_held = render(
-            "SELECT 1 FROM {s}.locks WHERE name = %(name)s AND owner = %(owner)s "
+            "SELECT 1 FROM {s}.locks WHERE name_key = {name_key} AND owner = %(owner)s "
             "AND expires_at > {now}"
         )
         self.renew_lock = render(
-            "UPDATE {s}.locks SET expires_at = {now} + %(ttl)s WHERE name = %(name)s "
+            "UPDATE {s}.locks SET expires_at = {now} + %(ttl)s WHERE name_key = {name_key} "
             "AND owner = %(owner)s AND expires_at > {now}"
         )
         self.release_lock = render(
-            "DELETE FROM {s}.locks WHERE name = %(name)s AND owner = %(owner)s "
+            "DELETE FROM {s}.locks WHERE name_key = {name_key} AND owner = %(owner)s "
             "RETURNING expires_at > {now}"
         )
         self.get_schedule = render(
             "SELECT spec, anchor, next_fire_at, {now} FROM {s}.schedules "
-            "WHERE name = %(name)s FOR UPDATE"
+            "WHERE name_key = {name_key} FOR UPDATE"
         )
         self.now = render("SELECT {now}")
         self.upsert_schedule = render(
-            "INSERT INTO {s}.schedules (name, spec, interval_s, queue, payload, priority, "
-            "max_attempts, expires_s, anchor, next_fire_at) VALUES (%(name)s, %(spec)s, "
-            "%(interval)s, %(queue)s, %(payload)s, %(priority)s, %(max_attempts)s, "
-            "%(expires)s, %(anchor)s, %(next)s) ON CONFLICT (name) DO UPDATE SET "
+            "INSERT INTO {s}.schedules (name_key, name, spec, interval_s, queue, payload, "
+            "priority, max_attempts, expires_s, anchor, next_fire_at) VALUES ({name_key}, "
+            "%(name)s, %(spec)s, %(interval)s, %(queue)s, %(payload)s, %(priority)s, "
+            "%(max_attempts)s, %(expires)s, %(anchor)s, %(next)s) "
+            "ON CONFLICT (name_key) DO UPDATE SET "
             "spec = excluded.spec, interval_s = excluded.interval_s, queue = excluded.queue, "
             "payload = excluded.payload, priority = excluded.priority, "
             "max_attempts = excluded.max_attempts, expires_s = excluded.expires_s, "
             "next_fire_at = excluded.next_fire_at"
         )
-        self.delete_schedule = render("DELETE FROM {s}.schedules WHERE name = %(name)s")
+        self.delete_schedule = render("DELETE FROM {s}.schedules WHERE name_key = {name_key}")
         self.due_schedules = render(
             "SELECT name, interval_s, queue, payload, priority, max_attempts, expires_s, "
             "next_fire_at, {now} FROM {s}.schedules WHERE next_fire_at <= {now}"
@@ -290,7 +430,7 @@ class Statements:
         self.next_schedule = render("SELECT MIN(next_fire_at) - {now} FROM {s}.schedules")
         self.advance_schedule = render(
             "UPDATE {s}.schedules SET next_fire_at = %(to)s "
-            "WHERE name = %(name)s AND next_fire_at = %(from)s"
+            "WHERE name_key = {name_key} AND next_fire_at = %(from)s"
         )
 
         # Inspection: each listing is one plain SELECT (one snapshot, no row locks).
@@ -309,10 +449,10 @@ class Statements:
         )
         # Live and dead rows in one shape: ..., deadline, last_error, died_at.
         live = f"SELECT {_LISTED}, deadline, last_error, NULL::float8 AS died_at FROM {{s}}.jobs"
-        pending = f"{live} WHERE queue = %(queue)s AND deadline IS NULL"
-        claimed = f"{live} WHERE queue = %(queue)s AND deadline IS NOT NULL"
+        pending = f"{live} WHERE queue_key = {{queue_key}} AND deadline IS NULL"
+        claimed = f"{live} WHERE queue_key = {{queue_key}} AND deadline IS NOT NULL"
         dead = f"SELECT {_LISTED}, NULL, last_error, died_at FROM {{s}}.dead"
-        dead += " WHERE queue = %(queue)s"
+        dead += " WHERE queue_key = {queue_key}"
         order = " ORDER BY id LIMIT %(limit)s"
         self.list_jobs: dict[str | None, str] = {
             "pending": render(pending + order),
@@ -325,7 +465,8 @@ class Statements:
         self.stream_stats = render(
             'SELECT COALESCE(h.stream, o.stream), COALESCE(h.head, 0), o.consumer, o."offset", '
             'GREATEST(COALESCE(h.head, 0) - o."offset", 0) '
-            "FROM {s}.stream_heads AS h FULL JOIN {s}.offsets AS o ON o.stream = h.stream"
+            "FROM {s}.stream_heads AS h FULL JOIN {s}.offsets AS o "
+            "ON o.stream_key = h.stream_key"
         )
         self.held_locks = render(
             "SELECT name, owner, expires_at FROM {s}.locks WHERE expires_at > {now}"
@@ -335,5 +476,5 @@ class Statements:
         )
 
 
-def _render(schema: str, template: str) -> str:
-    return template.replace("{s}", schema).replace("{now}", NOW)
+def _render_in(schema: str, template: str) -> str:
+    return render(template, schema)

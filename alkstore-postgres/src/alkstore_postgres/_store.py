@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import psycopg
 import psycopg_pool
+from psycopg import sql
 
 from alkstore import SCHEDULER_LOCK, Database, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import (
@@ -67,10 +68,7 @@ class PostgresStore(Store):
             first = psycopg.connect(conninfo, **self._connect_kwargs)
         try:
             with translate(f"preparing schema {settings.schema!r}"):
-                try:
-                    migrate(first, settings.schema, self.sql)
-                except RuntimeError as exc:
-                    raise Database(str(exc)) from exc
+                migrate(first, settings.schema)
         finally:
             first.close()
         self.pool = psycopg_pool.ConnectionPool(
@@ -203,11 +201,9 @@ class PostgresStore(Store):
     def _adopt_tx(self, connection: Any) -> TxHandle:
         if not isinstance(connection, psycopg.Connection):
             raise TypeError(f"adopt_tx needs a psycopg.Connection, not {type(connection).__name__}")
-        quoted = '"' + self.settings.schema.replace('"', '""') + '"'
+        jobs = sql.Identifier(self.settings.schema, "jobs").as_string(None)
         with translate("inspect the adopted connection"):
-            found = connection.execute(
-                "SELECT to_regclass(%s) IS NOT NULL", (f"{quoted}.jobs",)
-            ).fetchone()
+            found = connection.execute("SELECT to_regclass(%s) IS NOT NULL", (jobs,)).fetchone()
             if not found or not found[0]:
                 raise ValueError(
                     f"adopt_tx: the connection's database has no alkstore schema "

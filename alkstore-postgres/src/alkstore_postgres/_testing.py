@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import psycopg
 
 from alkstore.engine import Store, StoreTarget, TestProvider, TxHandle
-from alkstore_postgres._names import channel_identifier
+from alkstore_postgres._names import channel_identifier, stored
+from alkstore_postgres._sql import render, render_bound
 from alkstore_postgres._throwaway import throwaway_cluster
 
 if TYPE_CHECKING:
     from alkstore.engine import Engine
 
 __all__ = ["PostgresTestProvider"]
+
+_BUSINESS_TABLE = "CREATE TABLE IF NOT EXISTS {s}.business (key text NOT NULL)"
 
 
 class PostgresTestProvider(TestProvider):
@@ -59,27 +62,33 @@ class PostgresTestProvider(TestProvider):
         )
 
     def drop_target(self, target: StoreTarget) -> None:
-        self._sql(target, 'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        self._sql(target, "DROP SCHEMA IF EXISTS {s} CASCADE")
 
     def write_business_row(self, tx: TxHandle, key: str) -> None:
         schema = tx._store.settings.schema  # type: ignore[attr-defined]
-        tx.execute(f'CREATE TABLE IF NOT EXISTS "{schema}".business (key text NOT NULL)')
-        tx.execute(f'INSERT INTO "{schema}".business (key) VALUES (%s)', (key,))
+        tx.execute(render_bound(_BUSINESS_TABLE, schema))
+        tx.execute(render_bound("INSERT INTO {s}.business (key) VALUES (%s)", schema), (key,))
 
     def business_rows(self, store: Store) -> set[str]:
         schema = store.settings.schema  # type: ignore[attr-defined]
         with store.transaction() as tx:
-            tx.execute(f'CREATE TABLE IF NOT EXISTS "{schema}".business (key text NOT NULL)')
-            return {row[0] for row in tx.execute(f'SELECT key FROM "{schema}".business')}
+            tx.execute(render_bound(_BUSINESS_TABLE, schema))
+            rows = tx.execute(render_bound("SELECT key FROM {s}.business", schema))
+            return {row[0] for row in rows}
 
     def expire_lock(self, target: StoreTarget, name: str) -> None:
-        self._sql(target, 'UPDATE "{schema}".locks SET expires_at = 0 WHERE name = %s', (name,))
+        self._sql(
+            target,
+            "UPDATE {s}.locks SET expires_at = 0 WHERE name_key = {name_key}",
+            {"name": stored(name)},
+        )
 
     def shift_schedule(self, target: StoreTarget, name: str, by_s: float) -> None:
         self._sql(
             target,
-            'UPDATE "{schema}".schedules SET next_fire_at = next_fire_at + %s WHERE name = %s',
-            (by_s, name),
+            "UPDATE {s}.schedules SET next_fire_at = next_fire_at + %(by)s "
+            "WHERE name_key = {name_key}",
+            {"by": by_s, "name": stored(name)},
         )
 
     def break_wakes(self, store: Store) -> None:
@@ -100,10 +109,12 @@ class PostgresTestProvider(TestProvider):
         if killed != [(True,)]:
             raise RuntimeError(f"break_wakes: expected one listener backend, found {killed}")
 
-    def _sql(self, target: StoreTarget, sql: str, params: tuple[Any, ...] = ()) -> None:
-        schema = target.options["schema"]
+    def _sql(
+        self, target: StoreTarget, template: str, params: dict[str, Any] | None = None
+    ) -> None:
+        """Run ``template`` (see ``_sql.render``) in the target's schema."""
         with psycopg.connect(self.dsn, autocommit=True) as connection:
-            connection.execute(sql.replace("{schema}", schema), params)
+            connection.execute(render(template, target.options["schema"]), params)
 
     def describe(self) -> str:
         major, minor = divmod(self._version, 10_000)
