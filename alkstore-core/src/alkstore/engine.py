@@ -31,7 +31,13 @@ from typing import Any, ClassVar
 from alkstore._backoff import MAX_BACKOFF_S, backoff_ceiling, backoff_delay
 from alkstore._capabilities import Capabilities
 from alkstore._codec import decode, encode
-from alkstore._discovery import ENTRY_POINT_GROUP, EngineInfo, engine_name_for, load_engine
+from alkstore._discovery import (
+    ENTRY_POINT_GROUP,
+    EngineInfo,
+    engine_name_for,
+    load_engine,
+    redact,
+)
 from alkstore._every import MAX_CATCH_UP, FirePlan, first_boundary_after, parse_every, plan_fires
 from alkstore._inspect import Inspector
 from alkstore._job import Job, describe_error
@@ -86,6 +92,7 @@ __all__ = [
     "outbox_queue_name",
     "parse_every",
     "plan_fires",
+    "redact",
     "run_scheduler",
     "stamp_job",
 ]

@@ -71,10 +71,13 @@ HOLDS = "id = ? AND attempts = ? AND worker_id = ? AND deadline >= ?"
 
 ACK = f"DELETE FROM __alkstore_jobs WHERE {HOLDS}"
 
+# :claims is a JSON object {"id": attempt or null}: null acks any unexpired claim
+# by the worker, an attempt only that claim.
 ACK_BATCH = """
 DELETE FROM __alkstore_jobs
-WHERE queue = ? AND worker_id = ? AND deadline >= ?
-  AND id IN (SELECT value FROM json_each(?))
+WHERE queue = :queue AND worker_id = :worker AND deadline >= :now
+  AND id IN (SELECT CAST(key AS INTEGER) FROM json_each(:claims))
+  AND attempts = COALESCE(json_extract(:claims, '$."' || id || '"'), attempts)
 """
 
 RETRY = f"""
@@ -143,6 +146,8 @@ WHERE stream = ? AND id > ? ORDER BY id LIMIT ?
 """
 
 GET_OFFSET = 'SELECT "offset" FROM __alkstore_offsets WHERE stream = ? AND consumer = ?'
+
+STREAM_HEAD = "SELECT COALESCE(MAX(id), 0) FROM __alkstore_events WHERE stream = ?"
 
 SAVE_OFFSET = """
 INSERT INTO __alkstore_offsets (stream, consumer, "offset") VALUES (?, ?, ?)

@@ -212,15 +212,16 @@ def test_inspect_shows_each_streams_head_and_consumer_lag(store: alkstore.Store)
     ]
 
 
-def test_inspect_lists_a_stream_with_events_but_no_consumers_and_one_with_only_an_offset(
+def test_inspect_lists_a_stream_without_consumers_and_one_whose_consumer_caught_up(
     store: alkstore.Store,
 ) -> None:
     assert store.inspect().streams() == []
     head = store.stream("events").publish(1)
-    store.stream("quiet").save_offset("reader", 3)
+    quiet = store.stream("quiet").publish(1)
+    store.stream("quiet").save_offset("reader", quiet)
     assert store.inspect().streams() == [
         StreamStats("events", head, ()),
-        StreamStats("quiet", 0, (ConsumerStats("reader", 3, 0),)),
+        StreamStats("quiet", quiet, (ConsumerStats("reader", quiet, 0),)),
     ]
 
 

@@ -54,6 +54,7 @@ from alkstore.engine import (
     WakeReceiver,
     decode,
     first_boundary_after,
+    offset_past_head,
     plan_fires,
     run_scheduler,
     stamp_job,
@@ -154,6 +155,7 @@ class MemoryTx(TxHandle):
         self.writes: list[Callable[[], None]] = []
         self.wakes: set[str] = set()
         self.saved: dict[tuple[str, str], int] = {}
+        self.published: list[tuple[int, str, str | None, str, float]] = []
 
     @property
     def connection(self) -> Database:
@@ -176,6 +178,7 @@ class MemoryTx(TxHandle):
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
         offset = next(self.db.ids)  # the lock is held: ids are handed out in commit order
         event = (offset, stream, key, payload_json, time.time())
+        self.published.append(event)
         self.writes.append(lambda: self.db.events.append(event))
         self.wakes.add(STREAM_KEY + stream)
         return offset
@@ -184,6 +187,9 @@ class MemoryTx(TxHandle):
         self.wakes.add(channel)
 
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
+        head = max((o for o, s, *_ in [*self.db.events, *self.published] if s == stream), default=0)
+        if offset > head:
+            raise offset_past_head(stream, offset, head)
         key = (stream, consumer)
         current = self.saved.get(key, self.db.offsets.get(key, 0))
         if offset <= current:
@@ -278,13 +284,15 @@ class MemoryQueue(Queue):
         )
         return row if holds else None
 
-    def _ack_batch(self, job_ids: list[int], worker_id: str) -> int:
+    def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
         now, acked = time.time(), 0
         with self.db.lock:
-            for job_id in job_ids:
+            for job_id, attempt in claims:
                 row = self.db.jobs.get(job_id)
                 if row is None or row.queue != self.name or row.worker_id != worker_id:
                     continue
+                if attempt is not None and row.attempts != attempt:
+                    continue  # fenced: the job was claimed again since
                 if row.deadline is not None and row.deadline >= now:
                     del self.db.jobs[job_id]
                     acked += 1
