@@ -150,8 +150,9 @@ def test_a_worker_acks_a_finished_job_once_a_held_write_lock_is_gone(
     assert "database is locked" in warning
 
 
+@pytest.mark.parametrize("mode", ["run", "run_async"])
 def test_a_consumer_saves_its_offset_once_a_held_write_lock_is_gone_redelivering_nothing(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, mode: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "store.db"
     started, proceed = threading.Event(), threading.Event()
@@ -162,25 +163,56 @@ def test_a_consumer_saves_its_offset_once_a_held_write_lock_is_gone_redelivering
         assert proceed.wait(10)
         handled.append(event.offset)
 
+    async def handle_async(event: StreamEvent) -> None:
+        handle(event)  # blocks the loop a moment: only this consumer runs on it
+
     with alkstore.open(str(path), busy_timeout_s=0.2) as store:
         offsets = [store.stream("orders").publish(n) for n in range(3)]
-        consumer = alkstore.Consumer(store, "orders", "projection", handle, batch_size=1)
-        stop = threading.Event()
-        runner = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
-        runner.start()
+        consumer = alkstore.Consumer(
+            store, "orders", "projection", handle if mode == "run" else handle_async, batch_size=1
+        )
+        stop = _start_consumer(consumer, mode)
         try:
             _hold_the_lock_while(path, started, proceed)
             deadline = time.monotonic() + 10
-            while len(handled) < len(offsets) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            saved = store.stream("orders").get_offset("projection")
+            saved = 0
             while saved != offsets[-1] and time.monotonic() < deadline:
                 time.sleep(0.05)
                 saved = store.stream("orders").get_offset("projection")
         finally:
-            stop.set()
-            runner.join(10)
+            stop()
         assert handled == offsets  # each once, in order: the failed save was retried, not redone
         assert saved == offsets[-1]
     (warning,) = _warnings(caplog, "alkstore.consumer")
     assert "saving the offset of 'projection' failed" in warning
+
+
+def _start_consumer(consumer: alkstore.Consumer, mode: str) -> Callable[[], None]:
+    """Start ``consumer`` on a thread (its own event loop for ``run_async``); return its stopper."""
+    if mode == "run":
+        stop = threading.Event()
+        thread = threading.Thread(target=consumer.run, args=(stop,), daemon=True)
+        thread.start()
+        stop_now = stop.set
+    else:
+        loop = asyncio.new_event_loop()
+        stop_async = asyncio.Event()
+
+        def run_async() -> None:
+            try:
+                loop.run_until_complete(consumer.run_async(stop_async))
+            finally:
+                loop.close()
+
+        thread = threading.Thread(target=run_async, daemon=True)
+        thread.start()
+
+        def stop_now() -> None:
+            loop.call_soon_threadsafe(stop_async.set)
+
+    def stop_and_join() -> None:
+        stop_now()
+        thread.join(10)
+        assert not thread.is_alive(), "the consumer ignored stop"
+
+    return stop_and_join
