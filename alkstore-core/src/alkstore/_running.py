@@ -88,13 +88,6 @@ class Outage:
         self._answered_at: float | None = None
         """When the database first answered again during the current outage."""
 
-    @property
-    def ongoing(self) -> bool:
-        """True from an outage's first failure until the database answers steadily."""
-        with self._lock:
-            self._end_if_steady(time.monotonic())
-            return self._since is not None
-
     def failed(self, action: str, error: BaseException) -> float:
         """Note that ``action`` failed with ``error``; return the pause before the next try."""
         now = time.monotonic()
