@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -33,32 +35,70 @@ def tagged(dsn: str, schema: str) -> Iterator[tuple[str, PostgresStore]]:
 
 def terminate_backends(dsn: str, tagged_dsn: str, *, listener: bool) -> int:
     """Kill the server backends of ``tagged_dsn``'s connections: pooled ones, or the listener's."""
+    listens = "(query ~ '^(UN)?LISTEN ' OR query = 'SELECT pg_listening_channels()')"
     query = (
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-        "WHERE application_name = %s AND query "
-        + ("LIKE 'LISTEN%%'" if listener else "NOT LIKE 'LISTEN%%'")
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s AND "
+        + (listens if listener else f"NOT {listens}")
     )
     name = psycopg.conninfo.conninfo_to_dict(tagged_dsn)["application_name"]
     with psycopg.connect(dsn, autocommit=True) as connection:
         return len(connection.execute(query, (name,)).fetchall())
 
 
-def test_a_killed_pooled_connection_costs_at_most_one_error(
+def _fill_pool(store: PostgresStore, size: int) -> None:
+    """Leave ``size`` idle connections in the store's pool."""
+    with contextlib.ExitStack() as held:
+        for _ in range(size):
+            held.enter_context(store.connection())
+
+
+def _backends(dsn: str, tagged_dsn: str) -> int:
+    name = psycopg.conninfo.conninfo_to_dict(tagged_dsn)["application_name"]
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        found = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def _wait_until_gone(dsn: str, tagged_dsn: str) -> None:
+    """Wait until the server has ended every backend of ``tagged_dsn``."""
+    deadline = time.monotonic() + 10
+    while _backends(dsn, tagged_dsn) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _backends(dsn, tagged_dsn) == 0
+
+
+def test_killed_pooled_connections_fail_no_user_call(
     dsn: str, tagged: tuple[str, PostgresStore]
 ) -> None:
     tagged_dsn, store = tagged
     queue = store.queue("q")
-    queue.enqueue(1)
-    assert terminate_backends(dsn, tagged_dsn, listener=False) >= 1
-    errors: list[alkstore.Database] = []
-    for n in range(5):
-        try:
-            queue.enqueue(n)
-        except alkstore.Database as exc:
-            errors.append(exc)
-    assert len(errors) <= 1
-    assert all(isinstance(error.__cause__, psycopg.Error) for error in errors)
-    assert len(queue.claim_batch("w", 10)) >= 5
+    _fill_pool(store, 4)
+    assert terminate_backends(dsn, tagged_dsn, listener=False) == 4
+    _wait_until_gone(dsn, tagged_dsn)  # pg_terminate_backend only signals the backends
+    for n in range(20):  # every one of the four stale connections is met, none fails a call
+        queue.enqueue(n)
+        with store.transaction() as tx:
+            tx.enqueue_tx("q", None, n)
+    assert len(queue.claim_batch("w", 100)) == 40
+
+
+def test_connections_the_server_closed_as_idle_fail_no_user_call(dsn: str, schema: str) -> None:
+    name = f"alkstore_fault_{uuid.uuid4().hex[:12]}"
+    separator = "&" if "?" in dsn else "?"
+    target = f"{dsn}{separator}application_name={name}&options=-c%20idle_session_timeout%3D200"
+    store = alkstore.open(target, schema=schema, pool_min_size=3)
+    assert isinstance(store, PostgresStore)
+    try:
+        queue = store.queue("q")
+        _fill_pool(store, 3)
+        _wait_until_gone(dsn, target)  # the server closed every idle one
+        job_ids = [queue.enqueue(n) for n in range(10)]
+        assert [job.id for job in queue.claim_batch("w", 100)] == job_ids
+    finally:
+        store.close()
 
 
 def test_a_dropped_listener_reconnects_and_says_so(

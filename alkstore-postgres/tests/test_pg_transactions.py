@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 import threading
 from collections.abc import Callable
 
@@ -162,3 +163,27 @@ def test_a_forgotten_transaction_gives_its_connection_back_and_writes_nothing(
     gc.collect()
     store.queue("q").enqueue("next")  # the pool's only connection came back
     assert _count(store) == 1
+
+
+@pytest.mark.parametrize("end", ["commit", "rollback"])
+@pytest.mark.parametrize("work", ["nothing", "a statement", "held enqueues"])
+def test_a_transaction_sends_one_begin_and_returns_its_connection_idle(
+    open_store: OpenStore, caplog: pytest.LogCaptureFixture, end: str, work: str
+) -> None:
+    store = open_store(pool_min_size=1, pool_max_size=1)
+    notices: list[str] = []
+    with store.connection() as connection:  # the pool's only connection
+        connection.add_notice_handler(lambda notice: notices.append(str(notice.message_primary)))
+    with caplog.at_level(logging.WARNING, logger="psycopg.pool"):
+        tx = store.begin_tx()
+        if work == "a statement":
+            tx.execute("SELECT 1")
+        elif work == "held enqueues":
+            tx.enqueue_tx("q", None, 1)
+            tx.enqueue_tx("q", None, 2)
+        getattr(tx, end)()
+        with store.connection() as connection:
+            assert connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert notices == []  # "there is already a transaction in progress"
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+    assert _count(store) == (2 if (end, work) == ("commit", "held enqueues") else 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import select
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -93,10 +94,33 @@ class PostgresStore(Store):
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        """A pooled connection (autocommit) for the block."""
+        """A pooled connection (autocommit) for the block, checked as ``_checkout`` does."""
         self._check_open()
-        with self.pool.connection() as connection:
-            yield connection
+        connection = self._checkout()
+        try:
+            with connection:  # a pooled connection's block ends without closing it
+                yield connection
+        finally:
+            self.pool.putconn(connection)
+
+    def _checkout(self) -> psycopg.Connection:
+        """A pooled connection the server has not closed while it sat in the pool.
+
+        A restart, ``pg_terminate_backend`` or ``idle_session_timeout`` closes
+        idle connections; each would fail the next user call made on it. The
+        dead are handed back (the pool replaces them) and the next is taken at
+        once: the pool's own ``check`` hook would sleep a second, then two, ...
+        between stale connections, and a restart leaves them all stale.
+
+        Raises:
+            psycopg_pool.PoolTimeout: no live connection within ``connect_timeout_s``.
+        """
+        for _ in range(self.settings.pool_max_size):
+            connection = self.pool.getconn()
+            if _still_connected(connection):
+                return connection
+            self.pool.putconn(connection)
+        return self.pool.getconn()  # every one was stale: the pool made these since
 
     @contextlib.contextmanager
     def in_transaction(self) -> Iterator[psycopg.Connection]:
@@ -189,13 +213,9 @@ class PostgresStore(Store):
         return PostgresInspector(self)
 
     def _begin_tx(self) -> TxHandle:
+        # BEGIN goes out with the handle's first statement (see PostgresTx).
         with translate("begin a transaction"):
-            connection = self.pool.getconn()
-            try:
-                connection.execute("BEGIN")
-            except BaseException:
-                self.pool.putconn(connection)
-                raise
+            connection = self._checkout()
         return PostgresTx(self, connection, self.pool.putconn)
 
     def _adopt_tx(self, connection: Any) -> TxHandle:
@@ -230,3 +250,35 @@ def _reason(exc: Exception) -> str:
     # libpq: 'connection to server at "host", port N failed: <reason>'; we name the address.
     reason = lines[0].rsplit(" failed: ", 1)[-1]
     return " ".join(reason.split())
+
+
+def _still_connected(connection: psycopg.Connection) -> bool:
+    """Whether the server still serves ``connection``, an idle pooled one.
+
+    Costs one zero-timeout ``poll`` when nothing arrived while it sat idle,
+    the usual case. A server that ends a session sends its FATAL and closes
+    the socket: something arrived, so read it; if the connection survives
+    that, one empty query settles it (that costs a round trip, but only then).
+    """
+    if connection.closed:
+        return False
+    pgconn = connection.pgconn
+    try:
+        if not _readable(pgconn.socket):
+            return True
+        pgconn.consume_input()
+        if pgconn.status != psycopg.pq.ConnStatus.OK:
+            return False
+        connection.execute("")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def _readable(descriptor: int) -> bool:
+    """Whether ``descriptor`` has input (or end of file) waiting; never blocks."""
+    if hasattr(select, "poll"):  # any descriptor number, unlike select.select
+        poller = select.poll()
+        poller.register(descriptor, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([descriptor], [], [], 0)[0])
