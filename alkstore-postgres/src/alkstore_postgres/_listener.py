@@ -1,9 +1,11 @@
 """Wakes through LISTEN/NOTIFY on one dedicated connection per Store.
 
-One thread owns the connection: it runs LISTEN for new channels, sleeps in
-``select`` on the socket, and hands each notification to the receivers of
-its channel. When the connection drops it reconnects with backoff, listens
-again to every channel, and sends every receiver
+One thread owns the connection: it runs LISTEN for a channel's first
+receiver and UNLISTEN after its last one closes (in the order they were
+asked for), sleeps in ``select`` on the socket, and hands each notification
+to the receivers of its channel. When the connection drops it logs one
+warning, reconnects with backoff, listens again to every channel that still
+has a receiver, logs when it is back, and sends every receiver
 ``Wake("__alkstore_listener_reconnected__")``: anything may have happened
 while it was away, so everyone re-reads.
 """
@@ -11,33 +13,76 @@ while it was away, so everyone re-reads.
 from __future__ import annotations
 
 import contextlib
+import itertools
+import logging
 import os
 import queue
-import select
+import selectors
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 import psycopg
 
 from alkstore import RECONNECT_CHANNEL, Closed, Database, Wake
 from alkstore.engine import BufferedWakeReceiver
-from alkstore_postgres._names import channel_identifier, unstored
+from alkstore_postgres._errors import reason
+from alkstore_postgres._names import channel_identifier, stored, unstored
 
-__all__ = ["Listener"]
+__all__ = ["Listener", "key_of", "notify_payload"]
+
+log = logging.getLogger("alkstore.postgres")
 
 _BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+_STATEMENTS_PER_ROUND_TRIP = 1000
+_NOTIFY_TAG = "\\#"  # no stored key starts so: ``stored`` doubles every backslash
+_notify_serial = itertools.count(1)
+
+
+def notify_payload(key: str) -> str:
+    """The payload of a user's notify on ``key``, unique within this process.
+
+    PostgreSQL delivers equal (channel, payload) notifications of one
+    transaction once; a serial number keeps each notify its own wake.
+    """
+    return f"{_NOTIFY_TAG}{next(_notify_serial)}:{stored(key)}"
+
+
+def key_of(payload: str) -> str:
+    """The key a notification's payload names, exactly: the inverse of
+    :func:`notify_payload`, and of ``stored`` for the engine's own wakes."""
+    if payload.startswith(_NOTIFY_TAG):
+        payload = payload.partition(":")[2]
+    return unstored(payload)
+
+
+@dataclass(eq=False)
+class _Command:
+    """Work for the listener thread, done in the order it was asked for."""
+
+    action: str  # "listen", "unlisten" or "ask"
+    identifier: str = ""
+    done: threading.Event | None = None
+    answer: list[str] = field(default_factory=list)
+    failed: bool = False
 
 
 class Listener:
     """Fans notifications out to wake receivers; started by the first subscriber."""
 
-    def __init__(self, connect: Callable[[], psycopg.Connection], schema: str) -> None:
+    def __init__(
+        self, connect: Callable[[], psycopg.Connection], schema: str, address: str
+    ) -> None:
         self._connect = connect
         self._schema = schema
+        self._address = address
         self._receivers: dict[str, set[BufferedWakeReceiver]] = {}
+        self._users: dict[str, int] = {}
+        """Live receivers per channel identifier: what the server must listen to."""
         self._listening: set[str] = set()
-        self._commands: queue.Queue[tuple[str, threading.Event]] = queue.Queue()
+        """What the connection listens to, or will once the queued LISTENs ran."""
+        self._commands: queue.Queue[_Command] = queue.Queue()
         self._lock = threading.Lock()
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_write, False)
@@ -45,6 +90,8 @@ class Listener:
         self._stopping = False
         self._pipe_closed = False
         self._dead = False
+        self._finished = False
+        """The thread answered its last command: none may be queued any more."""
         self.reconnects = 0
 
     def subscribe(self, key: str) -> BufferedWakeReceiver:
@@ -57,6 +104,7 @@ class Listener:
             if self._dead:
                 raise Database("the store's LISTEN connection thread died; reopen the store")
             self._receivers.setdefault(key, set()).add(receiver)
+            self._users[identifier] = self._users.get(identifier, 0) + 1
             needs_listen = identifier not in self._listening
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -64,11 +112,25 @@ class Listener:
                 )
                 self._thread.start()
         if needs_listen:
-            done = threading.Event()
-            self._commands.put((identifier, done))
-            self._poke()
-            done.wait()
+            self._ask(_Command("listen", identifier, threading.Event()))
         return receiver
+
+    def server_channels(self) -> set[str]:
+        """The channels the server has the LISTEN connection listening to, asked
+        on that connection (``pg_listening_channels()``); empty before the first
+        subscriber. A diagnostic.
+
+        Raises:
+            Database: the connection is down, or the listener stopped.
+        """
+        with self._lock:
+            if self._thread is None:
+                return set()
+        command = _Command("ask", done=threading.Event())
+        self._ask(command)
+        if command.failed:
+            raise Database("the store's LISTEN connection is not up")
+        return set(command.answer)
 
     def close(self) -> None:
         with self._lock:
@@ -84,13 +146,34 @@ class Listener:
                 with contextlib.suppress(OSError):
                     os.close(descriptor)
 
+    def _ask(self, command: _Command) -> None:
+        """Queue ``command`` and wait until the thread did it (or cannot)."""
+        assert command.done is not None
+        with self._lock:
+            if self._finished:
+                command.failed = True
+                return
+            self._commands.put(command)
+        self._poke()
+        command.done.wait()
+
     def _unsubscribe(self, receiver: BufferedWakeReceiver) -> None:
+        identifier = channel_identifier(self._schema, receiver.channel)
         with self._lock:
             group = self._receivers.get(receiver.channel)
-            if group is not None:
-                group.discard(receiver)
-                if not group:
-                    del self._receivers[receiver.channel]
+            if group is None or receiver not in group:
+                return  # shut by close(), which forgot every receiver first
+            group.discard(receiver)
+            if not group:
+                del self._receivers[receiver.channel]
+            self._users[identifier] -= 1
+            if self._users[identifier]:
+                return
+            del self._users[identifier]
+        # Ordered after any LISTEN asked before: a subscribe right after this
+        # close either finds the channel still listened, or queues its LISTEN after.
+        self._commands.put(_Command("unlisten", identifier))
+        self._poke()
 
     def _poke(self) -> None:
         with self._lock:
@@ -102,42 +185,81 @@ class Listener:
     def _run(self) -> None:
         try:
             self._listen_until_closed()
-        except BaseException:
+        except BaseException as exc:
             # Anything but a lost connection (handled below) ends the listener:
             # receivers close rather than wait for wakes that cannot come.
+            log.exception("the LISTEN connection thread failed; its receivers are closed")
             self._dead = True
-            self._answer_commands()
             self._shut_all()
-            raise
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            with self._lock:
+                self._finished = True
+            self._answer_commands()
 
     def _listen_until_closed(self) -> None:
         connection: psycopg.Connection | None = None
         failures = 0
+        down_since: float | None = None
         while not self._stopping:
             try:
                 if connection is None or connection.closed:
                     connection = self._reconnect(connection is not None or failures > 0)
                     failures = 0
+                    if down_since is not None:
+                        log.info(
+                            "the LISTEN connection to PostgreSQL at %s is back after %.1f s",
+                            self._address,
+                            time.monotonic() - down_since,
+                        )
+                        down_since = None
                 self._serve(connection)
-            except psycopg.Error:
+            except psycopg.Error as exc:
+                if down_since is None:
+                    down_since = time.monotonic()
+                    self._warn_outage(exc, lost=connection is not None)
                 failures += 1
                 if connection is not None:
                     with contextlib.suppress(psycopg.Error):
                         connection.close()
                 connection = None
-                self._answer_commands()  # no caller waits on a dead connection
-                time.sleep(_BACKOFF_S[min(failures, len(_BACKOFF_S)) - 1])
+                self._pause(_BACKOFF_S[min(failures, len(_BACKOFF_S)) - 1])
         if connection is not None:
             with contextlib.suppress(psycopg.Error):
                 connection.close()
+
+    def _warn_outage(self, exc: psycopg.Error, *, lost: bool) -> None:
+        """One warning per outage: libpq's reason names no password, and the
+        address comes from the parsed target, never the DSN itself."""
+        log.warning(
+            "the LISTEN connection to PostgreSQL at %s %s: %s; reconnecting with backoff "
+            "(receivers get a reconnect wake when it is back)",
+            self._address,
+            "was lost" if lost else "cannot be made",
+            reason(exc),
+        )
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep between reconnects, answering subscribers and stopping promptly."""
+        deadline = time.monotonic() + seconds
+        while not self._stopping and (left := deadline - time.monotonic()) > 0:
+            self._answer_commands()  # no caller waits on a dead connection
+            with selectors.DefaultSelector() as selector:
+                selector.register(self._wake_read, selectors.EVENT_READ)
+                if selector.select(left):
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_read, 4096)
         self._answer_commands()
 
     def _reconnect(self, again: bool) -> psycopg.Connection:
         connection = self._connect()
-        # Notifications that arrive while a LISTEN runs reach the handler, not _dispatch.
-        connection.add_notify_handler(lambda notice: self._deliver([unstored(notice.payload)]))
-        for identifier in sorted(self._listening):
-            connection.execute(f'LISTEN "{identifier}"')
+        # Notifications that arrive while a statement runs reach the handler, not _dispatch.
+        connection.add_notify_handler(lambda notice: self._deliver([key_of(notice.payload)]))
+        with self._lock:
+            self._listening = {identifier for identifier, n in self._users.items() if n}
+            wanted = sorted(self._listening)
+        _run_all(connection, (f'LISTEN "{identifier}"' for identifier in wanted))
         if again:
             self.reconnects += 1
             with self._lock:
@@ -148,43 +270,80 @@ class Listener:
 
     def _serve(self, connection: psycopg.Connection) -> None:
         socket = connection.pgconn.socket
-        while not self._stopping:
-            self._run_commands(connection)
-            readable, _, _ = select.select([socket, self._wake_read], [], [], 5.0)
-            if self._wake_read in readable:
-                with contextlib.suppress(BlockingIOError):
-                    os.read(self._wake_read, 4096)
-            if socket in readable or not readable:
-                connection.pgconn.consume_input()
-                if connection.pgconn.status != psycopg.pq.ConnStatus.OK:
-                    raise psycopg.OperationalError("the listener connection was lost")
-                self._dispatch(connection)
+        with selectors.DefaultSelector() as selector:  # any descriptor number, unlike select()
+            selector.register(socket, selectors.EVENT_READ)
+            selector.register(self._wake_read, selectors.EVENT_READ)
+            while not self._stopping:
+                self._run_commands(connection)
+                ready = {key.fd for key, _ in selector.select(5.0)}
+                if self._wake_read in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_read, 4096)
+                if socket in ready or not ready:
+                    connection.pgconn.consume_input()
+                    if connection.pgconn.status != psycopg.pq.ConnStatus.OK:
+                        raise psycopg.OperationalError("the listener connection was lost")
+                    self._dispatch(connection)
 
     def _run_commands(self, connection: psycopg.Connection) -> None:
+        """Run the queued commands in order, many in one round trip; a lost
+        connection still releases their callers (channels are listened to again
+        on reconnect)."""
+        commands = self._take_commands()
+        statements: list[str] = []
+        try:
+            for command in commands:
+                if command.action == "ask":
+                    _run_all(connection, statements)
+                    statements = []
+                    command.failed = True  # until answered
+                    rows = connection.execute("SELECT pg_listening_channels()").fetchall()
+                    command.answer, command.failed = [row[0] for row in rows], False
+                elif (statement := self._statement_for(command)) is not None:
+                    statements.append(statement)
+            _run_all(connection, statements)
+        finally:
+            for command in commands:
+                if command.done is not None:
+                    command.done.set()
+
+    def _statement_for(self, command: _Command) -> str | None:
+        """LISTEN or UNLISTEN for ``command``, if the channel needs it now."""
+        identifier = command.identifier
+        with self._lock:
+            if command.action == "listen" and identifier not in self._listening:
+                self._listening.add(identifier)
+                return f'LISTEN "{identifier}"'
+            # A receiver may have come back since the last one closed: keep listening.
+            if (
+                command.action == "unlisten"
+                and identifier in self._listening
+                and not self._users.get(identifier)
+            ):
+                self._listening.discard(identifier)
+                return f'UNLISTEN "{identifier}"'
+        return None
+
+    def _take_commands(self) -> list[_Command]:
+        commands = []
         while True:
             try:
-                identifier, done = self._commands.get_nowait()
+                commands.append(self._commands.get_nowait())
             except queue.Empty:
-                return
-            if identifier not in self._listening:
-                connection.execute(f'LISTEN "{identifier}"')
-                self._listening.add(identifier)
-            done.set()
+                return commands
 
     def _answer_commands(self) -> None:
-        """Release waiting subscribers; their channels are listened on reconnect."""
-        while True:
-            try:
-                identifier, done = self._commands.get_nowait()
-            except queue.Empty:
-                return
-            self._listening.add(identifier)
-            done.set()
+        """Release waiting callers while there is no connection: the channels of
+        live receivers are listened to on reconnect; questions go unanswered."""
+        for command in self._take_commands():
+            command.failed = command.action == "ask"
+            if command.done is not None:
+                command.done.set()
 
     def _dispatch(self, connection: psycopg.Connection) -> None:
         keys = []
         while (notice := connection.pgconn.notifies()) is not None:
-            keys.append(unstored(notice.extra.decode()))
+            keys.append(key_of(notice.extra.decode()))
         if keys:
             self._deliver(keys)
 
@@ -199,5 +358,13 @@ class Listener:
         with self._lock:
             receivers = [r for group in self._receivers.values() for r in group]
             self._receivers.clear()
+            self._users.clear()
         for receiver in receivers:
             receiver.shut()
+
+
+def _run_all(connection: psycopg.Connection, statements: Iterable[str]) -> None:
+    """Run parameterless statements, up to a thousand per round trip."""
+    pending = iter(statements)
+    while batch := list(itertools.islice(pending, _STATEMENTS_PER_ROUND_TRIP)):
+        connection.execute("; ".join(batch))

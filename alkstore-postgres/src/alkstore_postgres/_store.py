@@ -26,10 +26,10 @@ from alkstore.engine import (
     run_scheduler,
 )
 from alkstore_postgres._capabilities import CAPABILITIES
-from alkstore_postgres._errors import translate
+from alkstore_postgres._errors import reason, translate
 from alkstore_postgres._inspect import PostgresInspector
 from alkstore_postgres._job_buffer import JobIds
-from alkstore_postgres._listener import Listener
+from alkstore_postgres._listener import Listener, notify_payload
 from alkstore_postgres._lock import PostgresLock, acquire
 from alkstore_postgres._names import channel_identifier, stored
 from alkstore_postgres._queue import PostgresQueue
@@ -82,7 +82,7 @@ class PostgresStore(Store):
         )
         with _connect_errors(address):
             self.pool.open(wait=True, timeout=settings.connect_timeout_s)
-        self._listener = Listener(self._listener_connection, settings.schema)
+        self._listener = Listener(self._listener_connection, settings.schema, address)
 
     def _listener_connection(self) -> psycopg.Connection:
         return psycopg.connect(self._conninfo, **self._connect_kwargs)
@@ -91,6 +91,17 @@ class PostgresStore(Store):
     def listener_reconnects(self) -> int:
         """How often the listener connection was lost and made again."""
         return self._listener.reconnects
+
+    def listening_channels(self) -> set[str]:
+        """The channel identifiers the server listens to for this store, read
+        from the listener connection itself (``pg_listening_channels()``): one
+        per channel with an open receiver. A diagnostic.
+
+        Raises:
+            Database: the listener connection is down.
+        """
+        self._check_open()
+        return self._listener.server_channels()
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
@@ -135,8 +146,23 @@ class PostgresStore(Store):
     def wake_params(
         self, key: str, channel: str = "channel", payload: str = "key"
     ) -> dict[str, str]:
-        """Bind parameters for ``pg_notify`` that wake ``key``'s receivers."""
+        """Bind parameters for ``pg_notify`` that wake ``key``'s receivers.
+
+        For the engine's own wakes (queues, streams, schedules): equal ones in one
+        transaction reach listeners once, as one wake says all there is to say.
+        """
         return {channel: channel_identifier(self.settings.schema, key), payload: stored(key)}
+
+    def notify_params(self, channel: str) -> dict[str, str]:
+        """Bind parameters for ``pg_notify`` of a user's ``notify(channel)``.
+
+        Each payload differs, so each notify is its own wake: PostgreSQL delivers
+        equal notifications of one transaction only once.
+        """
+        return {
+            "channel": channel_identifier(self.settings.schema, channel),
+            "key": notify_payload(channel),
+        }
 
     # Engine hooks
 
@@ -146,7 +172,7 @@ class PostgresStore(Store):
 
     def _notify(self, channel: str, payload_json: str) -> None:
         with translate(f"notify {channel!r}"), self.connection() as connection:
-            connection.execute(self.sql.notify, self.wake_params(channel))
+            connection.execute(self.sql.notify, self.notify_params(channel))
 
     def _listen(self, channel: str) -> WakeReceiver:
         return self.subscribe(channel)
@@ -239,17 +265,7 @@ def _connect_errors(address: str) -> Iterator[None]:
     try:
         yield
     except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-        raise Database(f"cannot connect to PostgreSQL at {address}: {_reason(exc)}") from exc
-
-
-def _reason(exc: Exception) -> str:
-    """The why of a failed connection, on one line: "Connection refused", not the hint."""
-    lines = str(exc).strip().splitlines()
-    if not lines:
-        return type(exc).__name__
-    # libpq: 'connection to server at "host", port N failed: <reason>'; we name the address.
-    reason = lines[0].rsplit(" failed: ", 1)[-1]
-    return " ".join(reason.split())
+        raise Database(f"cannot connect to PostgreSQL at {address}: {reason(exc)}") from exc
 
 
 def _still_connected(connection: psycopg.Connection) -> bool:

@@ -118,7 +118,7 @@ class PostgresTx(TxHandle):
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
         with translate(f"notify {channel!r}"):
-            self._run(self._store.sql.notify, self._store.wake_params(channel))
+            self._run(self._store.sql.notify, self._store.notify_params(channel))
 
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
         with translate(f"save offset of {consumer!r}"):
