@@ -216,3 +216,22 @@ def _start_consumer(consumer: alkstore.Consumer, mode: str) -> Callable[[], None
         assert not thread.is_alive(), "the consumer ignored stop"
 
     return stop_and_join
+
+
+def test_a_leading_scheduler_with_a_long_lease_stops_promptly(dsn: str) -> None:
+    with alkstore.open(dsn, scheduler_lease_s=30) as store:
+        store.schedule("hourly", "@every 1h", "reports", None)
+        stop = threading.Event()
+        runner = threading.Thread(target=store.run_schedules, args=(stop,), daemon=True)
+        runner.start()
+        deadline = time.monotonic() + 10
+        while not any(lock.name == alkstore.SCHEDULER_LOCK for lock in store.inspect().locks()):
+            assert time.monotonic() < deadline, "the runner never took the lead"
+            time.sleep(0.02)
+        time.sleep(0.3)  # now waiting for the next renewal, ten seconds away
+        stopped_at = time.monotonic()
+        stop.set()
+        runner.join(5)
+        assert not runner.is_alive()
+        assert time.monotonic() - stopped_at < 2
+        assert store.inspect().locks() == []  # leadership released on the way out

@@ -110,12 +110,26 @@ def _lead(
             _await_change(stop, changes, sleep)
 
 
+_STOP_CHECK_S = 0.25
+"""The longest a leader waits on schedule changes before looking at ``stop`` again."""
+
+
 def _await_change(stop: StopSignal, changes: WakeReceiver, seconds: float) -> None:
-    """Wait ``seconds`` or until a schedule changes; a closed receiver must not make it spin."""
-    if changes.closed:
-        stop.wait(seconds)
-    else:
-        changes.recv(seconds)
+    """Wait ``seconds``, until a schedule changes or until ``stop`` is set.
+
+    ``stop`` cannot wake the receiver, so the wait goes in short slices; a
+    closed receiver must not make it spin.
+    """
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        if changes.closed:
+            stop.wait(remaining)
+            return
+        if changes.recv(min(remaining, _STOP_CHECK_S)) is not None:
+            return
 
 
 def _release(lock: Lock, outage: Outage) -> None:
