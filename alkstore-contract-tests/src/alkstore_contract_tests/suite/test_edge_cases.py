@@ -202,3 +202,15 @@ def test_an_outbox_refuses_a_deliver_that_cannot_be_called_before_claiming(
         outbox.run_once("w", None)  # type: ignore[arg-type]
     info = store.inspect().jobs(outbox.queue_name)
     assert [(job.id, job.state, job.attempts) for job in info] == [(job_id, "pending", 0)]
+
+
+# Leases are durations
+
+
+def test_a_claimed_job_carries_the_visibility_timeout_stamped_on_it(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    store.queue("q", QueueOpts(visibility_timeout_s=7.5)).enqueue(1)
+    job = peer.queue("q").claim_one("w")  # a view declaring the default 300 s
+    assert job is not None
+    assert job.visibility_timeout_s == 7.5
