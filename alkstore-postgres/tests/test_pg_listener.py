@@ -67,17 +67,24 @@ def test_a_subscribe_right_after_the_last_close_stays_listening(open_store: Open
     assert store.listening_channels() == set()
 
 
-def test_closes_and_subscribes_from_many_threads_end_listening_to_the_live_ones(
+def test_receivers_opened_and_closed_from_many_threads_each_hear_what_follows(
     open_store: OpenStore,
 ) -> None:
+    """Each thread closes its channel's only receiver and opens the next at once,
+    so LISTENs and UNLISTENs of four channels meet in the listener's batches:
+    each receiver must still hear the notify sent once ``listen`` returned."""
     store, peer = open_store(), open_store()
-    keep: list[alkstore.WakeReceiver] = []
+    missed: list[tuple[int, int]] = []
+    kept: list[alkstore.WakeReceiver] = []
 
     def churn(thread: int) -> None:
-        for n in range(300):
-            receiver = store.listen(f"k{n % 7}")
-            if n % 50 == thread:
-                keep.append(receiver)
+        for n in range(150):
+            receiver = store.listen(f"t{thread}")
+            peer.notify(f"t{thread}", None)
+            if receiver.recv(5) is None:
+                missed.append((thread, n))
+            if n == 149 and thread < 2:
+                kept.append(receiver)
             else:
                 receiver.close()
 
@@ -86,12 +93,13 @@ def test_closes_and_subscribes_from_many_threads_end_listening_to_the_live_ones(
         thread.start()
     for thread in threads:
         thread.join(60)
-    kept_keys = {receiver.channel for receiver in keep}
+    assert missed == []
     schema = store.settings.schema
+    kept_keys = {receiver.channel for receiver in kept}
     assert store.listening_channels() == {channel_identifier(schema, k) for k in kept_keys}
-    for receiver in keep:
-        peer.notify(receiver.channel, None)
-        assert receiver.recv(5) is not None
+    for receiver in kept:
+        receiver.close()
+    assert store.listening_channels() == set()
 
 
 def test_a_reconnect_listens_only_to_channels_with_live_receivers(dsn: str, schema: str) -> None:

@@ -126,7 +126,7 @@ class Listener:
         with self._lock:
             if self._thread is None:
                 return set()
-        command = _Command("ask", done=threading.Event())
+        command = _Command("ask", done=threading.Event(), failed=True)  # until answered
         self._ask(command)
         if command.failed:
             raise Database("the store's LISTEN connection is not up")
@@ -257,9 +257,16 @@ class Listener:
         # Notifications that arrive while a statement runs reach the handler, not _dispatch.
         connection.add_notify_handler(lambda notice: self._deliver([key_of(notice.payload)]))
         with self._lock:
-            self._listening = {identifier for identifier, n in self._users.items() if n}
-            wanted = sorted(self._listening)
-        _run_all(connection, (f'LISTEN "{identifier}"' for identifier in wanted))
+            self._listening = set()  # subscribers from now on wait for their LISTEN
+            wanted = sorted(identifier for identifier, n in self._users.items() if n)
+        try:
+            _run_all(connection, (f'LISTEN "{identifier}"' for identifier in wanted))
+        except BaseException:
+            with contextlib.suppress(psycopg.Error):
+                connection.close()
+            raise
+        with self._lock:
+            self._listening = set(wanted)
         if again:
             self.reconnects += 1
             with self._lock:
@@ -291,38 +298,51 @@ class Listener:
         on reconnect)."""
         commands = self._take_commands()
         statements: list[str] = []
+        joining: set[str] = set()
         try:
             for command in commands:
                 if command.action == "ask":
-                    _run_all(connection, statements)
-                    statements = []
-                    command.failed = True  # until answered
+                    self._send(connection, statements, joining)
                     rows = connection.execute("SELECT pg_listening_channels()").fetchall()
                     command.answer, command.failed = [row[0] for row in rows], False
-                elif (statement := self._statement_for(command)) is not None:
+                elif (statement := self._statement_for(command, joining)) is not None:
                     statements.append(statement)
-            _run_all(connection, statements)
+            self._send(connection, statements, joining)
         finally:
             for command in commands:
                 if command.done is not None:
                     command.done.set()
 
-    def _statement_for(self, command: _Command) -> str | None:
-        """LISTEN or UNLISTEN for ``command``, if the channel needs it now."""
+    def _statement_for(self, command: _Command, joining: set[str]) -> str | None:
+        """LISTEN or UNLISTEN for ``command``, if the channel needs it now.
+
+        A channel counts as listened (``_listening``) only once its LISTEN ran,
+        so a subscriber that finds it there may return at once; until then it
+        is ``joining``. An UNLISTEN leaves ``_listening`` before it runs, so a
+        subscriber from then on queues a LISTEN that runs after it.
+        """
         identifier = command.identifier
         with self._lock:
-            if command.action == "listen" and identifier not in self._listening:
-                self._listening.add(identifier)
+            listened = identifier in self._listening or identifier in joining
+            if command.action == "listen":
+                if listened:
+                    return None
+                joining.add(identifier)
                 return f'LISTEN "{identifier}"'
-            # A receiver may have come back since the last one closed: keep listening.
-            if (
-                command.action == "unlisten"
-                and identifier in self._listening
-                and not self._users.get(identifier)
-            ):
-                self._listening.discard(identifier)
-                return f'UNLISTEN "{identifier}"'
-        return None
+            if not listened or self._users.get(identifier):
+                return None  # never listened, or a receiver came back since the close
+            self._listening.discard(identifier)
+            joining.discard(identifier)
+            return f'UNLISTEN "{identifier}"'
+
+    def _send(
+        self, connection: psycopg.Connection, statements: list[str], joining: set[str]
+    ) -> None:
+        _run_all(connection, statements)
+        statements.clear()
+        with self._lock:
+            self._listening |= joining
+        joining.clear()
 
     def _take_commands(self) -> list[_Command]:
         commands = []
