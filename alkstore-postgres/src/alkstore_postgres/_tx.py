@@ -73,6 +73,7 @@ class PostgresTx(TxHandle):
         return self._connection
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        self._check_still_open()
         with translate(f"enqueue into {queue!r}"):
             if self._jobs is None:
                 return insert_job(self._store, self._connection, queue, stamp, payload_json)
@@ -107,6 +108,7 @@ class PostgresTx(TxHandle):
             return self._connection.execute(sql, params)
 
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
+        self._check_still_open()
         with translate(f"publish to {stream!r}"):
             if self._events is None:
                 return insert_event(self._store, self._run, stream, key, payload_json)
@@ -117,20 +119,26 @@ class PostgresTx(TxHandle):
             return offset
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
+        self._check_still_open()
         with translate(f"notify {channel!r}"):
             self._run(self._store.sql.notify, self._store.notify_params(channel))
 
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
+        self._check_still_open()
         with translate(f"save offset of {consumer!r}"):
             return raise_offset(self._store, self._run, stream, consumer, offset)
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        self._check_still_open()
         with translate("execute"):
             cursor = self._run(sql, params)
             self._forget_heads()
-            return cursor.fetchall() if cursor.description is not None else []
+            rows = cursor.fetchall() if cursor.description is not None else []
+        self._check_still_open()
+        return rows
 
     def _commit(self) -> None:
+        self._check_still_open()
         try:
             if not self._begun and not self._jobs:
                 return  # nothing was sent: nothing to commit
@@ -148,12 +156,28 @@ class PostgresTx(TxHandle):
         for buffer in (self._jobs, self._events):
             if buffer is not None:
                 buffer.discard()
+        self._check_still_open()
         try:
             if self._begun:
                 with translate("rollback"):
                     self._connection.execute("ROLLBACK")
         finally:
             self._end()
+
+    def _check_still_open(self) -> None:
+        """Refuse to go on once the caller ended the transaction through the driver
+        (``COMMIT`` via ``tx.execute``, ``tx.connection.commit()``): on the pool's
+        autocommit connection, later statements would escape any rollback."""
+        if (
+            self._give_back is not None
+            and self._begun
+            and self._connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        ):
+            for buffer in (self._jobs, self._events):
+                if buffer is not None:
+                    buffer.discard()
+            self._end()
+            raise self._ended_elsewhere()
 
     def _end(self) -> None:
         if self._abandon is not None and self._give_back is not None:
