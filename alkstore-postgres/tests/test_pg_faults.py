@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 
 import psycopg
+import psycopg_pool
 import pytest
 
 import alkstore
@@ -156,3 +158,33 @@ def test_an_unreachable_server_fails_at_open_naming_host_and_port_not_the_passwo
     message = str(raised.value)
     assert message == "cannot connect to PostgreSQL at 127.0.0.1:1: Connection refused"
     assert password not in message
+
+
+def test_the_pools_warnings_about_its_dead_connections_are_turned_down_to_debug(
+    dsn: str, tagged: tuple[str, PostgresStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    tagged_dsn, store = tagged
+    queue = store.queue("q")
+    queue.enqueue(1)
+    caplog.set_level(logging.DEBUG, logger="psycopg.pool")
+    assert terminate_backends(dsn, tagged_dsn, listener=False) >= 1
+    time.sleep(0.2)  # the FATAL reaches the idle connection's socket
+    queue.enqueue(2)  # hands the dead connection back: the pool discards it
+    pool_records = [r for r in caplog.records if r.name == "psycopg.pool"]
+    assert [r for r in pool_records if r.levelno >= logging.WARNING] == []
+    assert any(r.getMessage().startswith("discarding closed connection") for r in pool_records)
+
+
+def test_warnings_of_pools_alkstore_did_not_make_stay_warnings(
+    dsn: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    alkstore.open(dsn, schema=schema).close()  # the filter is on
+    caplog.set_level(logging.DEBUG, logger="psycopg.pool")
+    with psycopg_pool.ConnectionPool(dsn, min_size=1, name="the application's") as pool:
+        connection = pool.getconn()
+        connection.close()
+        pool.putconn(connection)
+    assert any(
+        r.levelno == logging.WARNING and r.getMessage().startswith("discarding closed connection")
+        for r in caplog.records
+    )

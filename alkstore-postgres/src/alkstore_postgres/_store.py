@@ -32,6 +32,7 @@ from alkstore_postgres._job_buffer import JobIds
 from alkstore_postgres._listener import Listener, notify_payload
 from alkstore_postgres._lock import PostgresLock, acquire
 from alkstore_postgres._names import channel_identifier, stored
+from alkstore_postgres._pool_log import pool_name, quiet_pool_noise
 from alkstore_postgres._queue import PostgresQueue
 from alkstore_postgres._scheduler import SCHEDULES_KEY, fire_due
 from alkstore_postgres._schema import migrate
@@ -72,8 +73,10 @@ class PostgresStore(Store):
                 migrate(first, settings.schema)
         finally:
             first.close()
+        quiet_pool_noise()
         self.pool = psycopg_pool.ConnectionPool(
             conninfo,
+            name=pool_name(),
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
             kwargs=self._connect_kwargs,
