@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import alkstore
@@ -235,3 +236,47 @@ def test_a_leading_scheduler_with_a_long_lease_stops_promptly(dsn: str) -> None:
         assert not runner.is_alive()
         assert time.monotonic() - stopped_at < 2
         assert store.inspect().locks() == []  # leadership released on the way out
+
+
+def _move_schedules_back(dsn: str, seconds: float) -> None:
+    """Behind the API: every schedule falls due ``seconds`` ago, as after a long outage."""
+    if "://" not in dsn:
+        with contextlib.closing(sqlite3.connect(dsn)) as connection, connection:
+            connection.execute(
+                "UPDATE __alkstore_schedules SET next_fire_at = next_fire_at - ?", (seconds,)
+            )
+        return
+    server, _, query = dsn.partition("?")
+    schema = dict(part.split("=", 1) for part in query.split("&"))["schema"]
+    with psycopg.connect(server, autocommit=True) as connection:
+        connection.execute(
+            f'UPDATE "{schema}".schedules SET next_fire_at = next_fire_at - %s', (seconds,)
+        )
+
+
+def test_a_catch_up_longer_than_the_lease_keeps_the_lead_as_it_fires(dsn: str) -> None:
+    # 64 boundaries, each its own transaction, take longer than a 50 ms lease:
+    # each firing renews the lease, so the leader neither loses the lock
+    # midway nor lets another runner in.
+    with alkstore.open(dsn, scheduler_lease_s=0.05) as store:
+        store.schedule("tick", "@every 1s", "ticks", None)
+        _move_schedules_back(dsn, 64)
+        stop = threading.Event()
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                store.run_schedules(stop)
+            except BaseException as exc:
+                raised.append(exc)
+
+        runner = threading.Thread(target=run, daemon=True)
+        runner.start()
+        deadline = time.monotonic() + 20
+        while len(store.inspect().jobs("ticks", limit=1000)) < 64 and not raised:
+            assert time.monotonic() < deadline, "the catch-up did not finish"
+            time.sleep(0.05)
+        stop.set()
+        runner.join(10)
+        assert raised == []
+        assert len(store.inspect().jobs("ticks", limit=1000)) == 64

@@ -2,7 +2,8 @@
 
 The engine supplies two things: how to take (or re-take) the leadership lock,
 and how to fire every elapsed boundary — each boundary in one transaction
-that first checks the lock is still held, so a deposed leader never fires.
+that first renews the lock (only an unexpired holder can), so a deposed
+leader never fires and a long catch-up never outlives the lease.
 
 The loop rides out database outages: a failed call never ends it. A leader
 whose call fails may no longer be leader, so it stops firing at once and

@@ -13,7 +13,7 @@ from alkstore_postgres._names import stored
 if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["PostgresLock", "acquire", "holds"]
+__all__ = ["PostgresLock", "acquire", "holds", "renew"]
 
 
 def acquire(
@@ -34,6 +34,14 @@ def holds(store: PostgresStore, connection: psycopg.Connection, name: str, owner
     return connection.execute(store.sql.lock_held, params).fetchone() is not None
 
 
+def renew(
+    store: PostgresStore, connection: psycopg.Connection, name: str, owner: str, ttl_s: float
+) -> bool:
+    """Extend ``owner``'s unexpired hold on ``name`` to ``now + ttl_s``; True if it held."""
+    params = {"name": stored(name), "owner": stored(owner), "ttl": ttl_s}
+    return connection.execute(store.sql.renew_lock, params).rowcount == 1
+
+
 class PostgresLock(Lock):
     """A lock held in the store's schema."""
 
@@ -44,10 +52,7 @@ class PostgresLock(Lock):
 
     def _renew(self, ttl_s: float) -> bool:
         with translate(f"renew lock {self.name!r}"), self._store.connection() as connection:
-            return (
-                connection.execute(self._store.sql.renew_lock, self._params(ttl=ttl_s)).rowcount
-                == 1
-            )
+            return renew(self._store, connection, self.name, self.owner, ttl_s)
 
     def _release(self) -> bool:
         with translate(f"release lock {self.name!r}"), self._store.connection() as connection:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from alkstore import SCHEDULER_LOCK, EnqueueOpts, LeadershipLost
 from alkstore.engine import Lock, plan_fires, stamp_job
 from alkstore_postgres._errors import translate
-from alkstore_postgres._lock import holds
+from alkstore_postgres._lock import renew
 from alkstore_postgres._names import unstored
 from alkstore_postgres._queue import insert_job
 
@@ -43,7 +43,8 @@ def fire_due(store: PostgresStore, lock: Lock) -> float | None:
             advances = [*plan.fire_at[1:], plan.next_fire_at]
             for boundary, advance_to in zip(plan.fire_at, advances, strict=True):
                 with connection.transaction():
-                    if not holds(store, connection, SCHEDULER_LOCK, lock.owner):
+                    # Renewing is the fence: a long catch-up never outlives the lease.
+                    if not renew(store, connection, SCHEDULER_LOCK, lock.owner, lock.ttl_s):
                         raise LeadershipLost(f"{lock.owner!r} no longer holds {SCHEDULER_LOCK!r}")
                     advanced = connection.execute(
                         sql.advance_schedule, {"to": advance_to, "name": name, "from": boundary}

@@ -13,7 +13,7 @@ from alkstore_sqlite._errors import translate
 if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
 
-__all__ = ["SQLiteLock", "acquire", "holds"]
+__all__ = ["SQLiteLock", "acquire", "holds", "renew"]
 
 
 def acquire(connection: sqlite3.Connection, name: str, owner: str, ttl_s: float) -> bool:
@@ -33,16 +33,20 @@ def holds(connection: sqlite3.Connection, name: str, owner: str, now: float) -> 
     return row is not None and row[0] == owner and row[1] > now
 
 
+def renew(connection: sqlite3.Connection, name: str, owner: str, ttl_s: float) -> bool:
+    """Extend ``owner``'s unexpired hold on ``name`` to ``now + ttl_s``; True if it held."""
+    now = time.time()
+    return connection.execute(_sql.RENEW_LOCK, (now + ttl_s, name, owner, now)).rowcount == 1
+
+
 class SQLiteLock(Lock):
     """A lock held in the store's file."""
 
     _store: SQLiteStore
 
     def _renew(self, ttl_s: float) -> bool:
-        now = time.time()
         with translate(f"renew lock {self.name!r}"), self._store.pool.connection() as connection:
-            cursor = connection.execute(_sql.RENEW_LOCK, (now + ttl_s, self.name, self.owner, now))
-        return cursor.rowcount == 1
+            return renew(connection, self.name, self.owner, ttl_s)
 
     def _release(self) -> bool:
         with translate(f"release lock {self.name!r}"), self._store.pool.connection() as connection:

@@ -14,7 +14,7 @@ from alkstore import SCHEDULER_LOCK, EnqueueOpts, LeadershipLost
 from alkstore.engine import Lock, StopSignal, plan_fires, run_scheduler, stamp_job
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
-from alkstore_sqlite._lock import SQLiteLock, acquire, holds
+from alkstore_sqlite._lock import SQLiteLock, acquire, renew
 from alkstore_sqlite._queue import insert_job
 from alkstore_sqlite._watcher import SCHEDULES_KEY
 
@@ -57,7 +57,8 @@ def _fire_due(store: SQLiteStore, lock: Lock) -> float | None:
             advances = [*plan.fire_at[1:], plan.next_fire_at]
             for boundary, advance_to in zip(plan.fire_at, advances, strict=True):
                 connection.execute("BEGIN IMMEDIATE")
-                if not holds(connection, SCHEDULER_LOCK, lock.owner, time.time()):
+                # Renewing is the fence: a long catch-up never outlives the lease.
+                if not renew(connection, SCHEDULER_LOCK, lock.owner, lock.ttl_s):
                     connection.execute("ROLLBACK")
                     raise LeadershipLost(f"{lock.owner!r} no longer holds {SCHEDULER_LOCK!r}")
                 advanced = connection.execute(_sql.ADVANCE_SCHEDULE, (advance_to, name, boundary))
