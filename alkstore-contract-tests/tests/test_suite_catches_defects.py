@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from xml.etree import ElementTree
@@ -185,3 +186,28 @@ def test_a_test_that_would_hang_fails_at_its_time_limit_and_the_run_goes_on(
     }, outcome.output
     assert outcome.output.count("Failed: Timeout (>2.0s) from pytest-timeout") == 2
     assert len(outcome.passed) > 5, "the run goes on past each timed-out test"
+
+
+def test_a_test_the_limit_cannot_interrupt_ends_the_process_soon_after(
+    site: Path, tmp_path: Path
+) -> None:
+    # The deaf engine's receivers swallow the time limit's exception: past the
+    # limit and a grace period the plugin ends the process, with every stack.
+    started = time.monotonic()
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "pytest", "--alkstore-engine=memory-deaf-wakes", "-q",
+            "-p", "no:cacheprovider", "-k", "test_wakes_per_notify_or_coalesced_as_declared",
+            "--alkstore-test-timeout=1",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "is still running 11 s after it began" in result.stderr, result.stderr
+    assert "Current thread" in result.stderr or "Thread 0x" in result.stderr  # the stacks
+    assert time.monotonic() - started < 60

@@ -14,8 +14,12 @@ gave one, else :data:`DEFAULT_TEST_TIMEOUT_S`.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,6 +48,13 @@ test takes about 20 s on a loaded machine."""
 # on (each xdist worker runs its tests on its main thread too); the "thread"
 # method would end the whole process. Without SIGALRM, threads it is.
 _TIMEOUT_METHOD = "signal" if hasattr(signal, "SIGALRM") else "thread"
+
+# A signal can land while the test holds a lock its own cleanup needs (the
+# timeout is raised between a lock's acquire and its ``with`` block): the test
+# then hangs in its teardown. This long after its limit, the process ends
+# with every thread's stack on stderr; under xdist the worker is replaced and
+# the run goes on.
+_BACKSTOP_FACTOR, _BACKSTOP_MIN_S = 0.5, 10.0
 
 pytest.register_assert_rewrite("alkstore_contract_tests.suite")
 
@@ -112,6 +123,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.is_relative_to(SUITE) and item.get_closest_marker("timeout") is None:
             item.add_marker(mark)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """End the process if a suite test outlives its time limit by far (see above)."""
+    marker = item.get_closest_marker("timeout")
+    limit = marker.args[0] if marker is not None and marker.args else None
+    if not item.path.is_relative_to(SUITE) or not isinstance(limit, (int, float)) or limit <= 0:
+        yield
+        return
+    grace = max(limit * _BACKSTOP_FACTOR, _BACKSTOP_MIN_S)
+    backstop = threading.Timer(
+        limit + grace, _abandon_run, args=(item.config, item.nodeid, limit + grace)
+    )
+    backstop.daemon = True
+    backstop.start()
+    try:
+        yield
+    finally:
+        backstop.cancel()
+
+
+def _abandon_run(config: pytest.Config, nodeid: str, after_s: float) -> None:
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:  # write to the real stderr, not to the test's captured output
+        capture.suspend_global_capture(in_=True)
+    sys.stderr.write(
+        f"\nalkstore suite: {nodeid} is still running {after_s:g} s after it began, past its "
+        "time limit (the limit's signal could not end it); ending the process\n"
+    )
+    faulthandler.dump_traceback(all_threads=True)
+    sys.stderr.flush()
+    os._exit(1)
 
 
 def _suite_timeout(config: pytest.Config) -> float | None:

@@ -6,6 +6,7 @@ catches each defect in the tests that name it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import ClassVar
 
@@ -20,6 +21,7 @@ from alkstore_example_memory import (
 )
 
 __all__ = [
+    "DeafWakesEngine",
     "DoubleClaimEngine",
     "DriftingSchedulesEngine",
     "EarlyOwnWakesEngine",
@@ -182,7 +184,25 @@ class _EchoingReceiver(BufferedWakeReceiver):
         wake = super().recv(timeout)
         if wake is not None:
             self.deliver(wake)
+            # Spend the loop outside the receiver's lock, so the time limit's
+            # signal lands here rather than between a lock's acquire and release.
+            time.sleep(0.005)
         return wake
+
+
+class _DeafReceiver(BufferedWakeReceiver):
+    """Waits for a wake and swallows everything meant to stop it, the time
+    limit's exception included: only ending the process ends it."""
+
+    def recv(self, timeout: float | None = None) -> Wake | None:
+        while True:
+            with contextlib.suppress(BaseException):  # deaf on purpose
+                time.sleep(0.05)
+
+
+class _DeafWakesStore(MemoryStore):
+    def _listen(self, channel: str) -> WakeReceiver:
+        return _DeafReceiver(channel)
 
 
 class _EchoingWakesStore(MemoryStore):
@@ -236,6 +256,14 @@ class SilentWakeDeathEngine(MemoryEngine):
     name = "memory-silent-wake-death"
     schemes = ("memory-silent-wake-death",)
     store_class: ClassVar[type[MemoryStore]] = _SilentWakeDeathStore
+
+
+class DeafWakesEngine(MemoryEngine):
+    """Its receivers never return, whatever interrupts them."""
+
+    name = "memory-deaf-wakes"
+    schemes = ("memory-deaf-wakes",)
+    store_class: ClassVar[type[MemoryStore]] = _DeafWakesStore
 
 
 class EchoingWakesEngine(MemoryEngine):
