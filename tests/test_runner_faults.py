@@ -248,8 +248,8 @@ def _move_schedules_back(dsn: str, seconds: float) -> None:
         return
     server, _, query = dsn.partition("?")
     schema = dict(part.split("=", 1) for part in query.split("&"))["schema"]
-    with psycopg.connect(server, autocommit=True) as connection:
-        connection.execute(
+    with psycopg.connect(server, autocommit=True) as server_connection:
+        server_connection.execute(
             f'UPDATE "{schema}".schedules SET next_fire_at = next_fire_at - %s', (seconds,)
         )
 
