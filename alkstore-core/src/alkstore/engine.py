@@ -235,3 +235,11 @@ class TestProvider(abc.ABC):
         afterwards; any other engine closes them (``recv`` returns None,
         ``closed`` is True)."""
         raise NotImplementedError("this provider cannot break a store's wake path")
+
+    def commit_behind_its_back(self, tx: TxHandle) -> None:
+        """End ``tx``'s transaction through ``tx.execute`` in the engine's dialect
+        (``COMMIT``), as a careless caller would; the engine may raise at once.
+
+        The suite then checks that the handle refuses to go on: nothing written
+        after it may escape into autocommit."""
+        raise NotImplementedError("this provider cannot commit behind a handle's back")

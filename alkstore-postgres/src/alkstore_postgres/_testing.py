@@ -91,6 +91,9 @@ class PostgresTestProvider(TestProvider):
             {"by": by_s, "name": stored(name)},
         )
 
+    def commit_behind_its_back(self, tx: TxHandle) -> None:
+        tx.execute("COMMIT")
+
     def break_wakes(self, store: Store) -> None:
         """Terminate the server backend of the store's LISTEN connection.
 

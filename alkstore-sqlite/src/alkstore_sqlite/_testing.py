@@ -55,6 +55,9 @@ class SQLiteTestProvider(TestProvider):
             (by_s, name),
         )
 
+    def commit_behind_its_back(self, tx: TxHandle) -> None:
+        tx.execute("COMMIT")
+
     def break_wakes(self, store: Store) -> None:
         """Drop the table of notices the store's watcher reads after every commit:
         the drop is itself a commit, so the watcher looks, fails, and stays dead."""

@@ -12,8 +12,8 @@ import pytest
 
 import alkstore
 from alkstore import QueueOpts, Wake
-from alkstore.engine import TxState
-from alkstore_contract_tests.suite._support import start_thread
+from alkstore.engine import TestProvider, TxState
+from alkstore_contract_tests.suite._support import needs, start_thread
 
 # Closing a store with a transaction open
 
@@ -214,3 +214,48 @@ def test_a_claimed_job_carries_the_visibility_timeout_stamped_on_it(
     job = peer.queue("q").claim_one("w")  # a view declaring the default 300 s
     assert job is not None
     assert job.visibility_timeout_s == 7.5
+
+
+# A transaction ended behind its handle's back
+
+
+def _commit_behind_its_back(provider: TestProvider, tx: alkstore.TxHandle) -> None:
+    """Run the dialect's COMMIT through ``tx.execute``; the engine may refuse it at once."""
+    needs(provider, "commit_behind_its_back")
+    try:
+        provider.commit_behind_its_back(tx)
+    except alkstore.Database as exc:
+        if "behind its handle's back" not in str(exc):
+            raise
+
+
+def test_writes_after_a_commit_behind_the_handles_back_are_refused(
+    provider: TestProvider, store: alkstore.Store
+) -> None:
+    tx = store.begin_tx()
+    tx.enqueue_tx("before", None, "committed by the caller's COMMIT")
+    _commit_behind_its_back(provider, tx)
+    with pytest.raises((alkstore.Database, alkstore.Closed)):
+        tx.enqueue_tx("after", None, "would escape any rollback")
+    with pytest.raises((alkstore.Database, alkstore.Closed)):
+        tx.publish_tx("after", "would escape any rollback")
+    with pytest.raises((alkstore.Database, alkstore.Closed)):
+        tx.rollback()
+    assert tx.state is TxState.ENDED_ELSEWHERE
+    assert store.queue("after").claim_one("w") is None
+    assert store.stream("after").read_since(0) == []
+    assert store.queue("before").claim_one("w") is not None
+
+
+def test_a_transaction_block_committed_behind_its_back_raises_and_the_store_goes_on(
+    provider: TestProvider, store: alkstore.Store
+) -> None:
+    refused = pytest.raises((alkstore.Database, alkstore.Closed), match="behind its handle's back")
+    with refused, store.transaction() as tx:
+        _commit_behind_its_back(provider, tx)
+        tx.notify_tx("never", None)
+    with store.transaction() as tx:
+        job_id = tx.enqueue_tx("q", None, "fine")
+    job = store.queue("q").claim_one("w")
+    assert job is not None
+    assert job.id == job_id

@@ -199,7 +199,12 @@ class MemoryTx(TxHandle):
         return True
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """A two-statement dialect: ``INSERT`` (one key) and ``SELECT`` (committed keys)."""
+        """A small dialect: ``INSERT`` (one key), ``SELECT`` (committed keys) and
+        ``COMMIT``, which ends the transaction behind the handle's back: it is
+        refused from then on, as every engine must."""
+        if sql == "COMMIT":
+            self._commit()
+            raise self._ended_elsewhere()
         if sql == "INSERT":
             key = str(params[0])
             self.writes.append(lambda: self.db.business.add(key))
@@ -712,6 +717,9 @@ class MemoryTestProvider(TestProvider):
         db = database(target.target.partition("://")[2])
         with db.lock:
             db.schedules[name]["next_fire_at"] += by_s
+
+    def commit_behind_its_back(self, tx: TxHandle) -> None:
+        tx.execute("COMMIT")
 
     def break_wakes(self, store: Store) -> None:
         assert isinstance(store, MemoryStore)
