@@ -184,7 +184,8 @@ def test_a_test_that_would_hang_fails_at_its_time_limit_and_the_run_goes_on(
         "test_wakes_per_notify_or_coalesced_as_declared",
         "test_notifies_in_one_transaction_wake_per_notify_or_coalesced_as_declared",
     }, outcome.output
-    assert outcome.output.count("Failed: Timeout (>2.0s) from pytest-timeout") == 2
+    # once per failure, and again in the summary when it is not cut to the terminal's width
+    assert outcome.output.count("Failed: Timeout (>2.0s) from pytest-timeout") >= 2
     assert len(outcome.passed) > 5, "the run goes on past each timed-out test"
 
 
