@@ -705,7 +705,7 @@ def test_run_schedules_stands_by_again_after_losing_leadership(tmp_path: Path) -
         with alkstore.open(dsn) as store:
             poll(lambda: _scheduler_owner(store) == "cli-runner" or None, what="the CLI to lead")
             # Its lease lapses (as after a long stall) and another runner takes over.
-            with sqlite3.connect(path) as connection:
+            with contextlib.closing(sqlite3.connect(path)) as connection, connection:
                 connection.execute("UPDATE __alkstore_locks SET expires_at = 0")
             usurping = threading.Event()
             usurper = threading.Thread(
