@@ -10,6 +10,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -157,3 +158,39 @@ def test_closing_the_store_during_an_outage_ends_the_watcher(path: str) -> None:
         assert f"alkstore-watcher {path}" not in {t.name for t in threading.enumerate()}
     finally:
         holder.release()
+
+
+def test_a_scheduler_started_while_the_file_is_locked_waits_it_out(path: str) -> None:
+    # Its first look for schedule changes cannot start the watcher: that is
+    # part of the outage, never the end of the runner.
+    with alkstore.open(path) as peer:
+        peer.schedule("tick", "@every 1s", "ticks", None)
+    # Opened with no connection in its pool yet: the holder can then lock everyone out.
+    store = alkstore.open(path, busy_timeout_s=0.2, scheduler_lease_s=0.6)
+    assert isinstance(store, SQLiteStore)
+    stop = threading.Event()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            store.run_schedules(stop)
+        except BaseException as exc:
+            raised.append(exc)
+
+    holder = ExclusiveHolder(path)
+    runner = threading.Thread(target=run, daemon=True)
+    try:
+        runner.start()
+        time.sleep(1.0)
+        holder.release()
+        deadline = time.monotonic() + 10
+        while not store.inspect().jobs("ticks") and not raised:
+            assert time.monotonic() < deadline, "the schedule never fired"
+            time.sleep(0.05)
+    finally:
+        holder.release()
+        stop.set()
+        runner.join(10)
+        store.close()
+    assert raised == []
+    assert store.watcher_error is None

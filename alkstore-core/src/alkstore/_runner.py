@@ -37,15 +37,16 @@ def run_scheduler(
     lease_s: float,
     try_lead: Callable[[], Lock | None],
     fire_due: Callable[[Lock], float | None],
-    changes: WakeReceiver,
+    watch_changes: Callable[[], WakeReceiver],
 ) -> None:
     """Lead or stand by until ``stop`` is set.
 
     ``try_lead`` acquires ``__alkstore_scheduler`` for ``lease_s`` (None while
     another runner leads); ``fire_due`` fires what is due and returns the next
-    fire time (Unix seconds) or None; ``changes`` wakes a leader early when a
-    schedule changes. A standby looks again every quarter lease; a leader
-    renews every third of it.
+    fire time (Unix seconds) or None; ``watch_changes`` returns a receiver that
+    wakes a leader early when a schedule changes (opened when first needed,
+    opened again if it closes, closed on the way out). A standby looks again
+    every quarter lease; a leader renews every third of it.
 
     A :class:`~alkstore.Database` error from any of these calls is an outage,
     never the end: one warning per outage, pauses of up to a few seconds, then
@@ -59,6 +60,7 @@ def run_scheduler(
         Closed: the store was closed.
     """
     outage = Outage(log, "the scheduler")
+    changes = _Changes(watch_changes, outage)
     led: Lock | None = None
     try:
         while not stop.is_set():
@@ -74,6 +76,7 @@ def run_scheduler(
             led = lock
             _lead(stop, lock, fire_due, changes, outage)
     finally:
+        changes.close()
         if led is not None:
             _release(led, outage)
 
@@ -82,7 +85,7 @@ def _lead(
     stop: StopSignal,
     lock: Lock,
     fire_due: Callable[[Lock], float | None],
-    changes: WakeReceiver,
+    changes: _Changes,
     outage: Outage,
 ) -> None:
     """Renew and fire until ``stop``; return after a pause when the database fails."""
@@ -98,6 +101,7 @@ def _lead(
                     raise LeadershipLost(f"{lock.owner!r} failed to renew {SCHEDULER_LOCK!r}")
                 renew_at = time.monotonic() + renew_every
             action = "firing due schedules"
+            changes.open()  # before reading the schedules: a change after it wakes us
             next_fire_at = fire_due(lock)
         except Database as exc:
             # Whether we still lead is unknown: fire nothing until try_lead says so.
@@ -108,29 +112,57 @@ def _lead(
         if next_fire_at is not None:
             sleep = min(sleep, next_fire_at - time.time())
         if sleep > 0:
-            _await_change(stop, changes, sleep)
+            changes.await_one(stop, sleep)
 
 
 _STOP_CHECK_S = 0.25
 """The longest a leader waits on schedule changes before looking at ``stop`` again."""
 
 
-def _await_change(stop: StopSignal, changes: WakeReceiver, seconds: float) -> None:
-    """Wait ``seconds``, until a schedule changes or until ``stop`` is set.
+class _Changes:
+    """The leader's receiver of schedule changes, (re)opened when needed.
 
-    ``stop`` cannot wake the receiver, so the wait goes in short slices; a
-    closed receiver must not make it spin.
+    Opening it is a database call like any other: one that fails (a file
+    locked at start, a dead watcher) is part of the outage, and the leader
+    then waits by the clock alone.
     """
-    deadline = time.monotonic() + seconds
-    while not stop.is_set():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return
-        if changes.closed:
-            stop.wait(remaining)
-            return
-        if changes.recv(min(remaining, _STOP_CHECK_S)) is not None:
-            return
+
+    def __init__(self, watch: Callable[[], WakeReceiver], outage: Outage) -> None:
+        self._watch = watch
+        self._outage = outage
+        self._receiver: WakeReceiver | None = None
+
+    def await_one(self, stop: StopSignal, seconds: float) -> None:
+        """Wait ``seconds``, until a schedule changes or until ``stop`` is set.
+
+        ``stop`` cannot wake the receiver, so the wait goes in short slices.
+        """
+        receiver = self.open()
+        deadline = time.monotonic() + seconds
+        while not stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            if receiver is None or receiver.closed:
+                stop.wait(remaining)  # a closed receiver must not make it spin
+                return
+            if receiver.recv(min(remaining, _STOP_CHECK_S)) is not None:
+                return
+
+    def open(self) -> WakeReceiver | None:
+        """The receiver, opened now if need be; None while it cannot be."""
+        if self._receiver is not None and not self._receiver.closed:
+            return self._receiver
+        try:
+            self._receiver = self._watch()
+        except Database as exc:
+            self._outage.failed("watching for schedule changes", exc)
+            self._receiver = None
+        return self._receiver
+
+    def close(self) -> None:
+        if self._receiver is not None:
+            self._receiver.close()
 
 
 def _release(lock: Lock, outage: Outage) -> None:

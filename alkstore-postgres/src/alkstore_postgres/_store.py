@@ -229,14 +229,13 @@ class PostgresStore(Store):
 
     def _run_schedules(self, stop: StopSignal, owner: str) -> None:
         lease = self.settings.scheduler_lease_s
-        with self.subscribe(SCHEDULES_KEY) as changes:
-            run_scheduler(
-                stop,
-                lease_s=lease,
-                try_lead=lambda: self._try_lock(SCHEDULER_LOCK, owner, lease),
-                fire_due=lambda lock: fire_due(self, lock),
-                changes=changes,
-            )
+        run_scheduler(
+            stop,
+            lease_s=lease,
+            try_lead=lambda: self._try_lock(SCHEDULER_LOCK, owner, lease),
+            fire_due=lambda lock: fire_due(self, lock),
+            watch_changes=lambda: self.subscribe(SCHEDULES_KEY),
+        )
 
     def _inspect(self) -> PostgresInspector:
         return PostgresInspector(self)

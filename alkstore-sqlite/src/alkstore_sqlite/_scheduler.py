@@ -27,14 +27,13 @@ __all__ = ["run_schedules"]
 def run_schedules(store: SQLiteStore, stop: StopSignal, owner: str) -> None:
     """Lead or stand by until ``stop`` is set; see ``Store.run_schedules``."""
     lease = store.settings.scheduler_lease_s
-    with store.subscribe(SCHEDULES_KEY) as changes:
-        run_scheduler(
-            stop,
-            lease_s=lease,
-            try_lead=lambda: _try_lead(store, owner, lease),
-            fire_due=lambda lock: _fire_due(store, lock),
-            changes=changes,
-        )
+    run_scheduler(
+        stop,
+        lease_s=lease,
+        try_lead=lambda: _try_lead(store, owner, lease),
+        fire_due=lambda lock: _fire_due(store, lock),
+        watch_changes=lambda: store.subscribe(SCHEDULES_KEY),
+    )
 
 
 def _try_lead(store: SQLiteStore, owner: str, lease: float) -> SQLiteLock | None:

@@ -626,14 +626,13 @@ class MemoryStore(Store):
 
     def _run_schedules(self, stop: StopSignal, owner: str) -> None:
         lease = self.scheduler_lease_s
-        with self.subscribe(SCHEDULES_KEY) as changes:
-            run_scheduler(
-                stop,
-                lease_s=lease,
-                try_lead=lambda: self._try_lock(SCHEDULER_LOCK, owner, lease),
-                fire_due=lambda lock: self._fire_due(lock.owner),
-                changes=changes,
-            )
+        run_scheduler(
+            stop,
+            lease_s=lease,
+            try_lead=lambda: self._try_lock(SCHEDULER_LOCK, owner, lease),
+            fire_due=lambda lock: self._fire_due(lock.owner),
+            watch_changes=lambda: self.subscribe(SCHEDULES_KEY),
+        )
 
     def _fire_due(self, owner: str) -> float | None:
         now = time.time()
