@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "LIBPQ_KEYWORDS",
     "EngineInfo",
     "engine_name_for",
     "engines",
@@ -45,14 +46,19 @@ _SCHEME_ALIASES = {"sqlite": "sqlite", "postgres": "postgres", "postgresql": "po
 # libpq's "key=value ..." connection strings: every word a key=value pair,
 # at least one of them a libpq keyword.
 _CONNINFO_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']+)")
-_LIBPQ_KEYWORDS = frozenset(
+LIBPQ_KEYWORDS = frozenset(
     {
-        "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service",
-        "connect_timeout", "sslmode", "sslrootcert", "sslcert", "sslkey", "application_name",
-        "options", "target_session_attrs", "client_encoding", "channel_binding",
-        "gssencmode", "require_auth", "load_balance_hosts",
+        "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth",
+        "channel_binding", "connect_timeout", "client_encoding", "options", "application_name",
+        "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
+        "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
+        "requiressl", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode",
+        "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version",
+        "ssl_max_protocol_version", "krbsrvname", "gsslib", "gssdelegation", "service",
+        "target_session_attrs", "load_balance_hosts",
     }
 )  # fmt: skip
+"""libpq's connection keywords: a ``key=value`` target naming one is PostgreSQL's."""
 _PASSWORD_PAIR = re.compile(r"(password\s*=\s*)(?:'(?:[^'\\]|\\.)*'|[^\s'&]+)", re.IGNORECASE)
 _FIRST_PARTY_DISTRIBUTIONS = {"sqlite": "alkstore-sqlite", "postgres": "alkstore-postgres"}
 
@@ -197,7 +203,7 @@ def _is_conninfo(target: str) -> bool:
             return target[position:].strip() == "" and bool(keys)
         keys.append(pair[1].lower())
         position = pair.end()
-    return bool(keys) and any(key in _LIBPQ_KEYWORDS for key in keys)
+    return bool(keys) and any(key in LIBPQ_KEYWORDS for key in keys)
 
 
 def open(target: str | os.PathLike[str], **options: Any) -> Store:

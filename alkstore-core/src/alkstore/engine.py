@@ -33,6 +33,7 @@ from alkstore._capabilities import Capabilities
 from alkstore._codec import decode, encode
 from alkstore._discovery import (
     ENTRY_POINT_GROUP,
+    LIBPQ_KEYWORDS,
     EngineInfo,
     engine_name_for,
     load_engine,
@@ -54,6 +55,7 @@ from alkstore._tx import TxHandle, TxState
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "LIBPQ_KEYWORDS",
     "MAX_BACKOFF_S",
     "MAX_CATCH_UP",
     "OUTBOX_QUEUE_OPTS",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote
 
-from alkstore.engine import option_seconds
+from alkstore.engine import LIBPQ_KEYWORDS, option_seconds
 
 __all__ = ["ACCEPTED_FORMS", "Settings", "parse_target"]
 
@@ -102,17 +102,7 @@ _SQLITE_SCHEME = re.compile(r"sqlite(?:\+[^:/?#]*)?:", re.IGNORECASE)
 
 # libpq's connection keywords: a target starting "keyword=" is a PostgreSQL
 # connection string, never meant as a file name (and it may hold a password).
-_LIBPQ_KEYWORDS = (
-    "host", "hostaddr", "port", "dbname", "user", "password", "passfile", "require_auth",
-    "channel_binding", "connect_timeout", "client_encoding", "options", "application_name",
-    "fallback_application_name", "keepalives", "keepalives_idle", "keepalives_interval",
-    "keepalives_count", "tcp_user_timeout", "replication", "gssencmode", "sslmode",
-    "requiressl", "sslcompression", "sslcert", "sslkey", "sslpassword", "sslcertmode",
-    "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "requirepeer", "ssl_min_protocol_version",
-    "ssl_max_protocol_version", "krbsrvname", "gsslib", "gssdelegation", "service",
-    "target_session_attrs", "load_balance_hosts",
-)  # fmt: skip
-_CONNINFO_START = re.compile(rf"\s*(?:{'|'.join(_LIBPQ_KEYWORDS)})\s*=", re.IGNORECASE)
+_CONNINFO_START = re.compile(rf"\s*(?:{'|'.join(sorted(LIBPQ_KEYWORDS))})\s*=", re.IGNORECASE)
 _PASSWORD_PAIR = re.compile(r"\spassword\s*=", re.IGNORECASE)
 _CONNINFO_REFUSED = (
     "this target is a PostgreSQL key=value connection string, not a SQLite file: open it "
