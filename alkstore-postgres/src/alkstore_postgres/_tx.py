@@ -171,7 +171,7 @@ class PostgresTx(TxHandle):
         if (
             self._give_back is not None
             and self._begun
-            and self._connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            and self._connection.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
         ):
             for buffer in (self._jobs, self._events):
                 if buffer is not None:
