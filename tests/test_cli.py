@@ -211,7 +211,7 @@ def test_engines_runs_as_a_module_too() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    rows = table(result.stdout, ("ENGINE", "SCHEMES", "DISTRIBUTION", "VERSION"))
+    rows = table(result.stdout, ("ENGINE", "SCHEMES", "DISTRIBUTION", "VERSION", "CONTRACT"))
     by_name = {row["ENGINE"]: row for row in rows}
     assert by_name["postgres"]["SCHEMES"] == "postgres, postgresql"
     assert by_name["sqlite"]["DISTRIBUTION"] == "alkstore-sqlite"

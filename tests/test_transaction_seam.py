@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import alkstore
-from alkstore.engine import TxState
+from alkstore import TxState
 
 EndBehindTheBack = Callable[[alkstore.TxHandle], object]
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from alkstore.engine import MAX_BACKOFF_S, backoff_ceiling, backoff_delay
+from alkstore._backoff import MAX_BACKOFF_S, backoff_delay
+from alkstore.engine import backoff_ceiling
 
 bases = st.floats(0, 10_000, allow_nan=False)
 attempts = st.integers(1, 10_000)

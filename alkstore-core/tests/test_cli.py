@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+import alkstore.engine as alkstore_engine
+
 
 def alkstore(*arguments: str) -> subprocess.CompletedProcess[str]:
     executable = shutil.which("alkstore")
@@ -22,8 +24,9 @@ def test_engines_lists_the_workspace_engines_as_a_table() -> None:
     result = alkstore("engines")
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
-    assert header.split() == ["ENGINE", "SCHEMES", "DISTRIBUTION", "VERSION"]
+    assert header.split() == ["ENGINE", "SCHEMES", "DISTRIBUTION", "VERSION", "CONTRACT"]
     names = [row.split()[0] for row in rows]
+    assert all(row.split()[-1] == alkstore_engine.CONTRACT_VERSION for row in rows)
     assert "sqlite" in names
     assert "postgres" in names
 
@@ -33,6 +36,7 @@ def test_engines_json_is_for_scripts() -> None:
     assert result.returncode == 0, result.stderr
     engines = {row["name"]: row for row in json.loads(result.stdout)}
     assert engines["postgres"]["schemes"] == ["postgres", "postgresql"]
+    assert engines["postgres"]["contract_version"] == alkstore_engine.CONTRACT_VERSION
     assert engines["sqlite"]["distribution"] == "alkstore-sqlite"
 
 

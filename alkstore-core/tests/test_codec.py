@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import alkstore
-from alkstore.engine import decode, encode
+from alkstore._codec import encode
+from alkstore.engine import decode
 
 # Text of valid Unicode scalar values: lone surrogates are not text.
 unicode_text = st.text(st.characters(codec="utf-8"))

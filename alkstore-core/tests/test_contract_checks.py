@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any, ClassVar, NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
 import alkstore
 from alkstore import EnqueueOpts, QueueOpts, ScheduleOpts, StreamEvent, Wake
+from alkstore._options import OUTBOX_QUEUE_OPTS
 from alkstore.engine import (
     BufferedWakeReceiver,
     Capabilities,
+    DueSchedules,
+    Fired,
     Job,
     JobStamp,
     Lock,
     Queue,
-    StopSignal,
     Store,
     Stream,
     TxHandle,
@@ -32,10 +34,8 @@ Calls = list[tuple[Any, ...]]
 
 
 class RecordingStore(Store):
-    capabilities: ClassVar[Capabilities] = Capabilities(notify_payload_limit=20)
-
     def __init__(self) -> None:
-        super().__init__("recording")
+        super().__init__("recording", Capabilities(notify_payload_limit=20))
         self.calls: Calls = []
         self.events: list[StreamEvent] = []
         self.receivers: list[BufferedWakeReceiver] = []
@@ -46,13 +46,13 @@ class RecordingStore(Store):
     def _close(self) -> None:
         self.calls.append(("close",))
         for receiver in self.receivers:
-            receiver.shut()
+            receiver.close()
 
     def _notify(self, channel: str, payload_json: str) -> None:
         self.calls.append(("notify", channel, payload_json))
 
-    def _listen(self, channel: str) -> BufferedWakeReceiver:
-        receiver = BufferedWakeReceiver(channel)
+    def _watch(self, key: str) -> BufferedWakeReceiver:
+        receiver = BufferedWakeReceiver(key)
         self.receivers.append(receiver)
         return receiver
 
@@ -76,8 +76,14 @@ class RecordingStore(Store):
         self.calls.append(("unschedule", name))
         return True
 
-    def _run_schedules(self, stop: StopSignal, owner: str) -> None:
-        self.calls.append(("run_schedules", owner))
+    def _due_schedules(self) -> DueSchedules:
+        return DueSchedules(0.0, [])
+
+    def _fire_boundary(self, *args: Any) -> Fired:
+        raise NotImplementedError
+
+    def _until_next_fire(self) -> None:
+        return None
 
     def _begin_tx(self) -> RecordingTx:
         return RecordingTx(self)
@@ -111,9 +117,6 @@ class RecordingStream(Stream):
         self._store.calls.append(("save_offset", (consumer, offset)))
         return True
 
-    def _watch(self) -> BufferedWakeReceiver:
-        return self._store._listen(self.name)
-
 
 class RecordingQueue(Queue):
     _store: RecordingStore
@@ -143,9 +146,8 @@ class RecordingQueue(Queue):
     def _sweep_expired(self) -> int:
         return 0
 
-    def _wait(self, timeout: float | None) -> bool:
-        self._store.calls.append(("wait", timeout))
-        return False
+    def _until_ready(self) -> None:
+        self._store.calls.append(("until_ready",))
 
     def _ack_job(self, job: Job) -> bool:
         self._store.calls.append(("ack", job.id))
@@ -324,7 +326,7 @@ def test_outbox_enqueue_tx_derives_the_backing_queue_with_outbox_opts(
 def test_outbox_runs_on_its_backing_queue(store: RecordingStore) -> None:
     outbox = store.outbox("webhooks")
     assert outbox.queue_name == "__alkstore_outbox:webhooks"
-    assert ("queue", "__alkstore_outbox:webhooks", alkstore.engine.OUTBOX_QUEUE_OPTS) in store.calls
+    assert ("queue", "__alkstore_outbox:webhooks", OUTBOX_QUEUE_OPTS) in store.calls
     delivered: list[Any] = []
     assert outbox.run_once("w", delivered.append)
     assert delivered == [{"a": 1}]
@@ -471,10 +473,24 @@ def test_schedule_parses_the_spec_and_checks_the_target_queue(store: RecordingSt
     assert store.calls == [("schedule", "s", "@every 2m", 120, "q", '{"k":1}', ScheduleOpts(3))]
 
 
+class _OneLook:
+    """A stop signal set once the runner has looked at it twice: one campaign."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        return self.looks > 1
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.is_set()
+
+
 def test_run_schedules_gives_a_unique_default_owner(store: RecordingStore) -> None:
-    store.run_schedules(threading.Event())
-    store.run_schedules(threading.Event())
-    owners = [call[1] for call in store.calls]
+    store.run_schedules(_OneLook())
+    store.run_schedules(_OneLook())
+    owners = [call[2] for call in store.calls if call[0] == "try_lock"]
     assert len(set(owners)) == 2
     assert all(owner.count(":") == 2 for owner in owners)
 
@@ -546,3 +562,27 @@ def test_reprs_help_in_a_debugger(store: RecordingStore) -> None:
     assert repr(job).startswith("<Job id=1 queue='q' attempts=2/3")
     assert repr(store.begin_tx()) == "<RecordingTx open>"
     assert repr(store.outbox("o")) == "<Outbox 'o'>"
+
+
+def test_a_consumer_refuses_a_handler_that_does_not_fit_its_mode(store: RecordingStore) -> None:
+    def plain(event: StreamEvent) -> None:
+        """Handles one event."""
+
+    def transactional(event: StreamEvent, tx: TxHandle) -> None:
+        """Handles one event in the batch's transaction."""
+
+    with pytest.raises(TypeError, match=r"transactional=True.*handler\(event, tx\)"):
+        alkstore.Consumer(store, "s", "c", plain, transactional=True)
+    with pytest.raises(TypeError, match=r"transactional=False.*handler\(event\)"):
+        alkstore.Consumer(store, "s", "c", transactional)
+    alkstore.Consumer(store, "s", "c", plain)
+    alkstore.Consumer(store, "s", "c", transactional, transactional=True)
+    alkstore.Consumer(store, "s", "c", print)  # takes *args: fits either way
+
+
+def test_saving_offset_zero_never_reaches_the_engine(store: RecordingStore) -> None:
+    assert store.stream("s").save_offset("c", 0) is False
+    with store.transaction() as tx:
+        assert tx.save_offset_tx("s", "c", 0) is False
+    assert store.calls_of("save_offset") == []
+    assert not [call for call in store.calls if call[0] == "save_offset_tx"]

@@ -264,3 +264,53 @@ def test_open_refuses_what_is_not_a_target() -> None:
         alkstore.open(42)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="must not be empty"):
         alkstore.open("")
+
+
+OTHER_CONTRACTS = TESTS / "distributions" / "other-contract-engines"
+
+
+@pytest.fixture(scope="module")
+def with_other_contracts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("other-contracts")
+    pip_install(site, CORE, OTHER_CONTRACTS)
+    return site
+
+
+@pytest.mark.parametrize(
+    ("engine", "upgrade"),
+    [
+        ("nextmajor", "upgrade alkstore-core"),
+        ("nextminor", "upgrade alkstore-core"),
+        ("lastmajor", "upgrade alkstore-other-contract-engines"),
+        ("unversioned", "upgrade alkstore-other-contract-engines"),
+    ],
+)
+def test_an_engine_for_another_contract_is_refused_naming_what_to_upgrade(
+    with_other_contracts: Path, engine: str, upgrade: str
+) -> None:
+    result = run_python(
+        with_other_contracts,
+        f"""
+        import alkstore, alkstore.engine
+        print(alkstore.engine.CONTRACT_VERSION)
+        try:
+            alkstore.open("{engine}://x")
+        except alkstore.EngineNotFound as exc:
+            print(exc)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    ours, message = result.stdout.splitlines()
+    assert repr(engine) in message
+    assert upgrade in message
+    if engine != "unversioned":
+        assert f"implements {ours}" in message
+
+
+def test_engines_lists_the_contract_each_engine_was_written_for(with_engines: Path) -> None:
+    result = run_python(
+        with_engines,
+        "import alkstore; print(alkstore.engines()['dummy'].contract_version)",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "1.0"

@@ -7,7 +7,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import alkstore
-from alkstore.engine import MAX_CATCH_UP, first_boundary_after, parse_every, plan_fires
+from alkstore._every import MAX_CATCH_UP, first_boundary_after, parse_every, plan_fires
+from alkstore.engine import PlacedSchedule, place_schedule
 
 UNITS = {"s": 1, "m": 60, "h": 3_600, "d": 86_400}
 MAX_INTERVAL_S = 36_500 * 86_400
@@ -190,3 +191,20 @@ def test_first_boundary_after_a_change_of_spec() -> None:
     assert first_boundary_after(1_000.0, 60.0, 1_000.0) == 1_060.0
     assert first_boundary_after(1_000.0, 60.0, 1_125.0) == 1_180.0
     assert first_boundary_after(1_000.0, 60.0, 500.0) == 1_060.0  # never before the anchor
+
+
+def test_a_new_schedule_is_anchored_now_and_fires_one_interval_later() -> None:
+    assert place_schedule(None, "@every 1m", 60, 1_000.0) == PlacedSchedule(
+        "@every 1m", 1_000, 1_060
+    )
+
+
+def test_re_declaring_the_same_spec_keeps_its_timing() -> None:
+    placed = PlacedSchedule("@every 1m", 1_000.0, 1_060.0)
+    assert place_schedule(placed, "@every 1m", 60, 1_059.0) is placed
+
+
+def test_a_new_spec_keeps_the_anchor_and_resumes_at_the_next_new_boundary() -> None:
+    placed = PlacedSchedule("@every 1m", 1_000.0, 1_060.0)
+    moved = place_schedule(placed, "@every 7s", 7, 1_050.0)
+    assert moved == PlacedSchedule("@every 7s", 1_000.0, 1_056.0)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import alkstore
-from alkstore.engine import check_identifier, check_name, outbox_queue_name
+from alkstore._names import check_identifier, check_name, outbox_queue_name
 
 KINDS = ["channel", "stream", "queue", "lock", "outbox", "schedule"]
 kinds = st.sampled_from(KINDS)

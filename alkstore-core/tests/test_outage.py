@@ -8,8 +8,8 @@ import time
 import pytest
 
 import alkstore
-from alkstore import _running
-from alkstore._running import OUTAGE_MAX_PAUSE_S, Outage
+from alkstore import _outage
+from alkstore._outage import OUTAGE_MAX_PAUSE_S, Outage
 
 STEADY_S = 0.2
 
@@ -18,7 +18,7 @@ log = logging.getLogger("alkstore.test-outage")
 
 @pytest.fixture(autouse=True)
 def short_steady_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_running, "_STEADY_S", STEADY_S)
+    monkeypatch.setattr(_outage, "_STEADY_S", STEADY_S)
 
 
 def records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:

@@ -53,7 +53,7 @@ def test_closing_unblocks_recv_and_runs_on_close_once() -> None:
     closed: list[BufferedWakeReceiver] = []
     receiver = BufferedWakeReceiver("orders", on_close=closed.append)
     receiver.deliver(Wake("orders"))
-    threading.Timer(0.02, receiver.shut).start()
+    threading.Timer(0.02, receiver.close).start()
     assert receiver.recv(0) == Wake("orders")
     assert receiver.recv(5) is None
     assert receiver.closed

@@ -45,11 +45,11 @@ from alkstore._options import EnqueueOpts, QueueOpts, ScheduleOpts
 from alkstore._outbox import Outbox
 from alkstore._queue import Queue
 from alkstore._receivers import WakeReceiver
-from alkstore._running import RunStats
+from alkstore._run_stats import RunStats
 from alkstore._signals import stop_on_signals
 from alkstore._store import Store
 from alkstore._stream import EventReceiver, Stream
-from alkstore._tx import TxHandle
+from alkstore._tx import TxHandle, TxState
 from alkstore._values import JobInfo, JobState, Schedule, StreamEvent, Wake
 from alkstore._worker import Worker
 
@@ -92,6 +92,7 @@ __all__ = [
     "StreamEvent",
     "StreamStats",
     "TxHandle",
+    "TxState",
     "Wake",
     "WakeReceiver",
     "Worker",

@@ -27,7 +27,8 @@ from alkstore._backoff import backoff_ceiling
 from alkstore._errors import Closed, Database, Error
 from alkstore._names import check_identifier
 from alkstore._options import check_duration, check_int
-from alkstore._running import Outage, RunStats, call_to_completion
+from alkstore._outage import Outage
+from alkstore._run_stats import RunStats, call_to_completion
 from alkstore._signals import stop_on_signals
 from alkstore._store import StopSignal, Store
 from alkstore._stream import MAX_READ, EventReceiver, Stream
@@ -83,6 +84,7 @@ class Consumer:
                 "a transactional handler must be a plain function: a transaction "
                 "belongs to the thread that opened it"
             )
+        _check_arity(handler, 2 if self.transactional else 1)
         self._lock = threading.Lock()
         self._succeeded = self._failed = 0
         self._started_at: float | None = None
@@ -428,3 +430,20 @@ def _count_upto(batch: list[StreamEvent], offset: int) -> int:
 
 def _retry_pause(failures: int) -> float:
     return min(backoff_ceiling(_RETRY_BASE_S, failures), _RETRY_MAX_S)
+
+
+def _check_arity(handler: Callable[..., object], arguments: int) -> None:
+    """Refuse a handler that cannot be called with ``arguments`` positional arguments:
+    ``transactional=True`` calls ``handler(event, tx)``, otherwise ``handler(event)``."""
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: its first call will tell
+    try:
+        signature.bind(*range(arguments))
+    except TypeError:
+        call = "handler(event, tx)" if arguments == 2 else "handler(event)"
+        mode = "transactional=True" if arguments == 2 else "transactional=False"
+        raise TypeError(
+            f"with {mode} the consumer calls {call}, but {handler!r} takes {signature}"
+        ) from None

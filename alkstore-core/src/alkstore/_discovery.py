@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
+from alkstore._contract import check_contract_version
 from alkstore._errors import EngineNotFound
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class EngineInfo:
     schemes: tuple[str, ...]
     distribution: str
     version: str
+    contract_version: str = ""
+    """The engine contract version the engine was written for."""
 
 
 class _Registry:
@@ -124,6 +127,8 @@ class _Registry:
             raise EngineNotFound(
                 f"the alkstore engine {name!r} ({where}) is not an alkstore.engine.Engine subclass"
             )
+        declared = getattr(engine_class, "contract_version", None)
+        check_contract_version(declared, name, _distribution_of(entry_point))
         return engine_class()
 
     def clear(self) -> None:
@@ -154,6 +159,7 @@ def engines() -> dict[str, EngineInfo]:
             schemes=tuple(engine.schemes),
             distribution=distribution.name if distribution else "unknown",
             version=distribution.version if distribution else "unknown",
+            contract_version=engine.contract_version,
         )
     return found
 

@@ -17,8 +17,10 @@ __all__ = [
     "MAX_CATCH_UP",
     "MAX_INTERVAL_S",
     "FirePlan",
+    "PlacedSchedule",
     "first_boundary_after",
     "parse_every",
+    "place_schedule",
     "plan_fires",
 ]
 
@@ -108,3 +110,32 @@ def first_boundary_after(anchor: float, interval_s: float, now: float) -> float:
     while anchor + steps * interval_s <= now:
         steps += 1
     return anchor + steps * interval_s
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedSchedule:
+    """Where a schedule stands: its spec, its anchor and its next boundary."""
+
+    spec: str
+    anchor: float
+    next_fire_at: float
+
+
+def place_schedule(
+    existing: PlacedSchedule | None, spec: str, interval_s: float, now: float
+) -> PlacedSchedule:
+    """Where ``store.schedule(...)`` puts a schedule, given where it stood.
+
+    A new schedule is anchored at ``now`` and first fires one interval later.
+    Replacing it with the same spec changes nothing of its timing (a deploy
+    that re-declares its schedules must not delay them); with another spec it
+    keeps its anchor and resumes at the first new boundary after ``now``.
+    Engines call this inside the transaction that reads and upserts the row.
+    """
+    if existing is None:
+        return PlacedSchedule(spec, now, now + interval_s)
+    if existing.spec == spec:
+        return existing
+    return PlacedSchedule(
+        spec, existing.anchor, first_boundary_after(existing.anchor, interval_s, now)
+    )

@@ -16,10 +16,13 @@ __all__ = [
     "RECONNECT_CHANNEL",
     "RESERVED_PREFIX",
     "SCHEDULER_LOCK",
+    "SCHEDULES_WAKE_KEY",
     "NameKind",
     "check_identifier",
     "check_name",
     "outbox_queue_name",
+    "queue_wake_key",
+    "stream_wake_key",
 ]
 
 RESERVED_PREFIX = "__alkstore_"
@@ -33,6 +36,12 @@ SCHEDULER_LOCK = "__alkstore_scheduler"
 
 OUTBOX_QUEUE_PREFIX = "__alkstore_outbox:"
 """Prefix of the queue backing an outbox: ``__alkstore_outbox:{outbox name}``."""
+
+SCHEDULES_WAKE_KEY = "__alkstore_schedules"
+"""The wake key of every change to a schedule: the scheduler leader re-reads on it."""
+
+_QUEUE_WAKE_PREFIX = "__alkstore_queue:"
+_STREAM_WAKE_PREFIX = "__alkstore_stream:"
 
 NameKind = Literal["channel", "stream", "queue", "lock", "outbox", "schedule"]
 
@@ -82,3 +91,14 @@ def check_identifier(value: object, what: str) -> str:
 def outbox_queue_name(outbox: str) -> str:
     """Return the name of the queue backing ``outbox`` (already checked)."""
     return OUTBOX_QUEUE_PREFIX + outbox
+
+
+def queue_wake_key(queue: str) -> str:
+    """The wake key of ``queue``: woken by every commit that makes a job of it
+    claimable (an enqueue, a retry, a release)."""
+    return _QUEUE_WAKE_PREFIX + queue
+
+
+def stream_wake_key(stream: str) -> str:
+    """The wake key of ``stream``: woken by every commit that publishes to it."""
+    return _STREAM_WAKE_PREFIX + stream

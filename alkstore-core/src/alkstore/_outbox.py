@@ -8,7 +8,7 @@ from typing import Any
 from alkstore._options import EnqueueOpts
 from alkstore._queue import Queue
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "backing_queue"]
 
 
 class Outbox:
@@ -59,3 +59,9 @@ class Outbox:
 
     def __repr__(self) -> str:
         return f"<Outbox {self.name!r}>"
+
+
+def backing_queue(outbox: Outbox) -> Queue:
+    """The queue behind ``outbox``, for core's operator tools (it is reachable no
+    other way: its name is reserved)."""
+    return outbox._queue

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from alkstore._codec import encode
 from alkstore._job import Job
-from alkstore._names import check_identifier
+from alkstore._names import check_identifier, queue_wake_key
 from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_int
 from alkstore._stamp import JobStamp, stamp_job
 from alkstore._values import JobInfo
@@ -16,12 +16,23 @@ from alkstore._values import JobInfo
 if TYPE_CHECKING:
     from alkstore._store import Store
 
-__all__ = ["MAX_BATCH", "Queue", "check_job_id"]
+__all__ = ["EXPIRED", "LAPSED_ON_LAST_ATTEMPT", "MAX_BATCH", "Queue", "check_job_id", "claim_order"]
 
 MAX_BATCH = 10_000
 """The largest ``n`` a single ``claim_batch`` accepts."""
 
 _MAX_JOB_ID = 2**63 - 1
+
+LAPSED_ON_LAST_ATTEMPT = "claim lapsed on its last attempt"
+"""The ``last_error`` of a job whose claim lapsed when it had no attempt left."""
+
+EXPIRED = "expired"
+"""The ``last_error`` of a job moved to dead letters because it expired."""
+
+
+def claim_order(job: Job) -> tuple[int, float, int]:
+    """Sort key of the claim order: priority (highest first), ready time, enqueue order."""
+    return (-job.priority, job.run_at, job.id)
 
 
 class Queue(abc.ABC):
@@ -67,6 +78,7 @@ class Queue(abc.ABC):
         worker_id = check_identifier(worker_id, "worker_id")
         jobs = self._claim(worker_id, check_int(n, "n", minimum=1, maximum=MAX_BATCH))
         if jobs:
+            jobs.sort(key=claim_order)
             self._store._claims.remember(self.name, jobs)
         return jobs
 
@@ -118,7 +130,15 @@ class Queue(abc.ABC):
         """
         self._store._check_open()
         seconds = None if timeout is None else check_duration(timeout, "timeout", zero_ok=True)
-        return self._wait(seconds)
+        # Listening before looking: a commit between the look and the wait still wakes us.
+        with self._store._watch(queue_wake_key(self.name)) as wakes:
+            until_ready = self._until_ready()
+            if until_ready is not None and until_ready <= 0:
+                return True
+            if seconds is not None and (until_ready is None or seconds < until_ready):
+                return wakes.recv(seconds) is not None
+            # Work turns ready by the clock before the timeout, unless a commit comes first.
+            return wakes.recv(until_ready) is not None or not wakes.closed
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.opts}>"
@@ -131,7 +151,12 @@ class Queue(abc.ABC):
 
     @abc.abstractmethod
     def _claim(self, worker_id: str, n: int) -> list[Job]:
-        """Claim up to ``n`` jobs atomically, in claim order."""
+        """Claim up to ``n`` jobs atomically, the first ``n`` in claim order.
+
+        A lapsed claim is claimable again; one that lapsed on its last attempt
+        goes to dead letters instead, with ``LAPSED_ON_LAST_ATTEMPT`` as its
+        error. The list may come in any order: core sorts it.
+        """
 
     @abc.abstractmethod
     def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
@@ -154,8 +179,13 @@ class Queue(abc.ABC):
         """Dead-letter past-expiry jobs, purge dead rows past retention."""
 
     @abc.abstractmethod
-    def _wait(self, timeout: float | None) -> bool:
-        """Block until a wake for this queue or the timeout."""
+    def _until_ready(self) -> float | None:
+        """Seconds (on the engine's clock) until a job of this queue may be claimable.
+
+        The least of ``run_at - now`` over pending, unexpired jobs and of
+        ``deadline - now`` over processing ones (a lapse frees them); zero or
+        less means now; None when the queue holds no live job.
+        """
 
     @abc.abstractmethod
     def _ack_job(self, job: Job) -> bool:

@@ -135,11 +135,12 @@ class WakeReceiver(Receiver[Wake]):
 
 
 class BufferedWakeReceiver(WakeReceiver):
-    """A receiver an engine feeds from its watcher or listener thread.
+    """A receiver fed from another thread (through a :class:`WakeFanout`).
 
-    The engine calls :meth:`deliver` for each wake and :meth:`shut` when it can
-    deliver no more (watcher died, store closed). ``on_close`` runs once when
-    the receiver closes, so the engine can stop fanning out to it.
+    The feeder calls :meth:`deliver` for each wake and :meth:`close` when it
+    can deliver no more (watcher died, store closed); its owner may close it
+    too. ``on_close`` runs once when the receiver closes, so the feeder can
+    stop fanning out to it.
 
     With ``coalesce`` a wake equal to one already pending is dropped. Without
     it, wakes queue one per delivery up to ``max_pending``, then coalesce.
@@ -182,10 +183,6 @@ class BufferedWakeReceiver(WakeReceiver):
             self._pending.append(wake)
             self._ready.notify()
             self._wake_async_waiters()
-
-    def shut(self) -> None:
-        """Close the receiver from the engine's side (it can deliver no more)."""
-        self.close()
 
     def close(self) -> None:
         with self._ready:

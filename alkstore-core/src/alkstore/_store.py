@@ -11,7 +11,7 @@ import uuid
 import weakref
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from alkstore._capabilities import Capabilities
 from alkstore._claims import ClaimLedger
@@ -25,13 +25,21 @@ from alkstore._options import OUTBOX_QUEUE_OPTS, QueueOpts, ScheduleOpts, check_
 from alkstore._outbox import Outbox
 from alkstore._queue import Queue
 from alkstore._receivers import WakeReceiver
+from alkstore._scheduler import run_scheduler
+from alkstore._stamp import JobStamp
 from alkstore._stream import Stream
 from alkstore._tx import TxHandle
 from alkstore._values import Schedule
 
-__all__ = ["StopSignal", "Store"]
+if TYPE_CHECKING:
+    from alkstore._scheduler import DueSchedule, DueSchedules, Fired
+
+__all__ = ["DEFAULT_SCHEDULER_LEASE_S", "StopSignal", "Store"]
 
 _DEFAULT_QUEUE_OPTS = QueueOpts()
+
+DEFAULT_SCHEDULER_LEASE_S = 30.0
+"""The scheduler leader's lease unless the engine was configured otherwise."""
 
 
 class StopSignal(Protocol):
@@ -54,12 +62,21 @@ class Store(abc.ABC):
     database, so bad input changes nothing.
     """
 
-    capabilities: ClassVar[Capabilities] = Capabilities()
-    """The engine's declared asymmetries."""
-
-    def __init__(self, location: str) -> None:
+    def __init__(
+        self,
+        location: str,
+        capabilities: Capabilities,
+        *,
+        scheduler_lease_s: float = DEFAULT_SCHEDULER_LEASE_S,
+    ) -> None:
         self.location = location
         """Where the store lives, safe to print (no passwords)."""
+        self.capabilities = capabilities
+        """The engine's declared asymmetries (``Engine.capabilities``)."""
+        self.scheduler_lease_s = check_duration(
+            scheduler_lease_s, "scheduler_lease_s", zero_ok=False
+        )
+        """The lease of the scheduler leader's lock, as the engine was configured."""
         self._closed = False
         self._queue_opts: dict[str, QueueOpts] = {}
         self._queue_opts_lock = threading.Lock()
@@ -122,7 +139,7 @@ class Store(abc.ABC):
     def listen(self, channel: str) -> WakeReceiver:
         """Return a receiver of wakes for notifies on ``channel`` committed from now on."""
         self._check_open()
-        return self._listen(check_name(channel, "channel"))
+        return self._watch(check_name(channel, "channel"))
 
     # Mechanism handles
 
@@ -217,7 +234,7 @@ class Store(abc.ABC):
         """
         self._check_open()
         owner = default_owner() if owner is None else check_identifier(owner, "owner")
-        self._run_schedules(stop, owner)
+        run_scheduler(self, stop, owner)
 
     # Transactions
 
@@ -291,8 +308,12 @@ class Store(abc.ABC):
         """Send a notify in its own transaction."""
 
     @abc.abstractmethod
-    def _listen(self, channel: str) -> WakeReceiver:
-        """Return a receiver for wakes committed after this call returns."""
+    def _watch(self, key: str) -> WakeReceiver:
+        """Return a receiver woken by every commit touching ``key`` from when this returns.
+
+        ``key`` is a user's channel (``listen``) or an internal wake key
+        (``queue_wake_key``, ``stream_wake_key``, ``SCHEDULES_WAKE_KEY``).
+        """
 
     @abc.abstractmethod
     def _stream(self, name: str) -> Stream:
@@ -323,8 +344,30 @@ class Store(abc.ABC):
         """Delete the schedule row; True if one went."""
 
     @abc.abstractmethod
-    def _run_schedules(self, stop: StopSignal, owner: str) -> None:
-        """Lead or stand by, firing due schedules, until ``stop`` is set."""
+    def _due_schedules(self) -> DueSchedules:
+        """Read every schedule whose next boundary is at or before the engine's now."""
+
+    @abc.abstractmethod
+    def _fire_boundary(
+        self,
+        lock: Lock,
+        schedule: DueSchedule,
+        boundary: float,
+        advance_to: float,
+        stamp: JobStamp,
+    ) -> Fired:
+        """Fire one boundary in ONE transaction, or write nothing.
+
+        Renew ``lock`` for ``lock.ttl_s`` (only its unexpired holder can), else
+        return ``Fired.NOT_LEADER``; move the schedule from ``boundary`` to
+        ``advance_to`` only if it is still at ``boundary``, else return
+        ``Fired.SCHEDULE_CHANGED``; enqueue ``schedule.payload_json`` into
+        ``schedule.queue`` stamped with ``stamp`` (waking the queue); commit.
+        """
+
+    @abc.abstractmethod
+    def _until_next_fire(self) -> float | None:
+        """Seconds until the earliest schedule's next boundary; None with no schedules."""
 
     @abc.abstractmethod
     def _begin_tx(self) -> TxHandle:

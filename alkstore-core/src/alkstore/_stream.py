@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from alkstore._codec import encode
 from alkstore._errors import InvalidName
-from alkstore._names import check_identifier
+from alkstore._names import check_identifier, stream_wake_key
 from alkstore._options import check_int
 from alkstore._receivers import Receiver, WakeReceiver, check_timeout
 from alkstore._values import StreamEvent
@@ -18,7 +18,7 @@ from alkstore._values import StreamEvent
 if TYPE_CHECKING:
     from alkstore._store import Store
 
-__all__ = ["MAX_READ", "EventReceiver", "Stream", "offset_past_head"]
+__all__ = ["MAX_READ", "EventReceiver", "Stream", "follow", "offset_past_head"]
 
 MAX_READ = 10_000
 """The largest ``limit`` a single read accepts."""
@@ -82,13 +82,16 @@ class Stream(abc.ABC):
                 the head reached it.
         """
         self._store._check_open()
-        return self._save_offset(check_identifier(consumer, "consumer name"), check_offset(offset))
+        consumer = check_identifier(consumer, "consumer name")
+        offset = check_offset(offset)
+        return False if offset == 0 else self._save_offset(consumer, offset)
 
     def subscribe(self, consumer: str) -> EventReceiver:
         """Replay events after ``consumer``'s saved offset, then wait for new ones."""
         self._store._check_open()
         consumer = check_identifier(consumer, "consumer name")
-        wakes = self._watch()  # listening before the first read: no event slips between
+        # Listening before the first read: no event slips between.
+        wakes = self._store._watch(stream_wake_key(self.name))
         try:
             start = self._get_offset(consumer)
         except BaseException:
@@ -115,11 +118,10 @@ class Stream(abc.ABC):
 
     @abc.abstractmethod
     def _save_offset(self, consumer: str, offset: int) -> bool:
-        """Raise the consumer's offset to ``offset`` if higher; True if it moved."""
+        """Raise the consumer's offset to ``offset`` (positive) if higher; True if it moved.
 
-    @abc.abstractmethod
-    def _watch(self) -> WakeReceiver:
-        """Return a receiver woken (at least) whenever an event of this stream commits."""
+        Raises ``offset_past_head(...)`` for an offset past the stream's head.
+        """
 
 
 class EventReceiver(Receiver[StreamEvent]):
@@ -209,6 +211,13 @@ class EventReceiver(Receiver[StreamEvent]):
             f"<EventReceiver stream={self.stream.name!r} consumer={self.consumer!r} "
             f"last_delivered={self.last_delivered} {state}>"
         )
+
+
+def follow(stream: Stream, after: int, label: str) -> EventReceiver:
+    """Events of ``stream`` after offset ``after``, then new ones as they commit,
+    for no consumer (``label`` names the reader): what ``alkstore tail`` prints."""
+    stream._store._check_open()
+    return EventReceiver(stream, label, stream._store._watch(stream_wake_key(stream.name)), after)
 
 
 def check_key(key: object) -> str:

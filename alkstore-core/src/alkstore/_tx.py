@@ -99,7 +99,8 @@ class TxHandle(abc.ABC):
         self._check_active()
         stream = check_name(stream, "stream")
         consumer = check_identifier(consumer, "consumer name")
-        return self._save_offset_tx(stream, consumer, check_offset(offset))
+        offset = check_offset(offset)
+        return False if offset == 0 else self._save_offset_tx(stream, consumer, offset)
 
     def outbox_enqueue_tx(self, outbox: str, opts: EnqueueOpts | None, payload: object) -> int:
         """Put a send into ``outbox`` in this transaction; return its job id.

@@ -37,10 +37,11 @@ from alkstore._errors import Closed, Error
 from alkstore._job import Job, describe_error
 from alkstore._names import check_identifier
 from alkstore._options import check_duration, check_int
+from alkstore._outage import Outage
 from alkstore._outbox import Outbox
 from alkstore._queue import MAX_BATCH, Queue
 from alkstore._receivers import resolve_future
-from alkstore._running import Outage, RunStats, call_to_completion
+from alkstore._run_stats import RunStats, call_to_completion
 from alkstore._signals import SIGNAL_CHECK_S, stop_on_signals
 from alkstore._store import StopSignal, Store, default_owner
 

@@ -28,75 +28,62 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from alkstore._backoff import MAX_BACKOFF_S, backoff_ceiling, backoff_delay
+from alkstore._backoff import backoff_ceiling
 from alkstore._capabilities import Capabilities
-from alkstore._codec import decode, encode
-from alkstore._discovery import (
-    ENTRY_POINT_GROUP,
-    LIBPQ_KEYWORDS,
-    EngineInfo,
-    engine_name_for,
-    load_engine,
-    redact,
-)
-from alkstore._every import MAX_CATCH_UP, FirePlan, first_boundary_after, parse_every, plan_fires
+from alkstore._codec import decode
+from alkstore._contract import CONTRACT_VERSION
+from alkstore._discovery import LIBPQ_KEYWORDS, load_engine, redact
+from alkstore._engine_settings import settings_from_options
+from alkstore._every import PlacedSchedule, place_schedule
+from alkstore._fanout import WakeFanout
 from alkstore._inspect import Inspector
-from alkstore._job import Job, describe_error
+from alkstore._job import Job
 from alkstore._lock import Lock
-from alkstore._names import check_identifier, check_name, outbox_queue_name
-from alkstore._options import OUTBOX_QUEUE_OPTS, option_seconds
-from alkstore._queue import Queue
+from alkstore._names import SCHEDULES_WAKE_KEY, queue_wake_key, stream_wake_key
+from alkstore._options import option_seconds
+from alkstore._queue import EXPIRED, LAPSED_ON_LAST_ATTEMPT, Queue
 from alkstore._receivers import BufferedWakeReceiver, WakeReceiver
-from alkstore._runner import run_scheduler
-from alkstore._stamp import JobStamp, stamp_job
-from alkstore._store import StopSignal, Store, default_owner
-from alkstore._stream import EventReceiver, Stream, offset_past_head
-from alkstore._tx import TxHandle, TxState
+from alkstore._scheduler import DueSchedule, DueSchedules, Fired
+from alkstore._stamp import JobStamp
+from alkstore._store import Store
+from alkstore._stream import Stream, offset_past_head
+from alkstore._tx import TxHandle
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
+    "CONTRACT_VERSION",
+    "EXPIRED",
+    "LAPSED_ON_LAST_ATTEMPT",
     "LIBPQ_KEYWORDS",
-    "MAX_BACKOFF_S",
-    "MAX_CATCH_UP",
-    "OUTBOX_QUEUE_OPTS",
+    "SCHEDULES_WAKE_KEY",
     "BufferedWakeReceiver",
     "Capabilities",
+    "DueSchedule",
+    "DueSchedules",
     "Engine",
-    "EngineInfo",
-    "EventReceiver",
-    "FirePlan",
+    "Fired",
     "Inspector",
     "Job",
     "JobStamp",
     "Lock",
+    "PlacedSchedule",
     "Queue",
-    "StopSignal",
     "Store",
     "StoreTarget",
     "Stream",
     "TestProvider",
     "TxHandle",
-    "TxState",
+    "WakeFanout",
     "WakeReceiver",
     "backoff_ceiling",
-    "backoff_delay",
-    "check_identifier",
-    "check_name",
     "decode",
-    "default_owner",
-    "describe_error",
-    "encode",
-    "engine_name_for",
-    "first_boundary_after",
     "load_engine",
     "offset_past_head",
     "option_seconds",
-    "outbox_queue_name",
-    "parse_every",
-    "plan_fires",
+    "place_schedule",
+    "queue_wake_key",
     "redact",
-    "run_scheduler",
-    "stamp_job",
+    "settings_from_options",
+    "stream_wake_key",
 ]
 
 
@@ -104,7 +91,8 @@ class Engine(abc.ABC):
     """An installed storage engine; core instantiates it once, with no arguments.
 
     Subclasses set ``name`` (the entry-point name), ``schemes`` (the URL
-    schemes they serve) and ``capabilities``, and implement :meth:`open`.
+    schemes they serve), ``contract_version`` and ``capabilities``, and
+    implement :meth:`open`.
     Importing the engine's module must be cheap: defer heavy driver imports
     to :meth:`open`.
     """
@@ -113,8 +101,13 @@ class Engine(abc.ABC):
     """The engine's name, equal to its entry-point name."""
     schemes: ClassVar[tuple[str, ...]]
     """URL schemes this engine serves, e.g. ``("postgres", "postgresql")``."""
+    contract_version: ClassVar[str]
+    """The engine contract version (``"MAJOR.MINOR"``) the engine was written for:
+    discovery refuses it unless the major equals ``CONTRACT_VERSION``'s and the
+    minor is not newer."""
     capabilities: ClassVar[Capabilities] = Capabilities()
-    """The asymmetries the contract allows this engine; its Store declares the same."""
+    """The asymmetries the contract allows this engine, declared once: :meth:`open`
+    passes them to its ``Store``."""
 
     @abc.abstractmethod
     def open(self, target: str, **options: Any) -> Store:
@@ -140,7 +133,10 @@ class Engine(abc.ABC):
         )
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} name={self.name!r} schemes={self.schemes!r}>"
+        return (
+            f"<{type(self).__name__} name={self.name!r} schemes={self.schemes!r} "
+            f"contract={getattr(self, 'contract_version', None)!r}>"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,10 +229,16 @@ class TestProvider(abc.ABC):
 
         The suite then checks that the failure is an event, never silence: an
         engine declaring ``reconnect_wakes`` sends its receivers
-        ``Wake("__alkstore_listener_reconnected__")`` and wakes them again
+        ``Wake(alkstore.RECONNECT_CHANNEL)`` and wakes them again
         afterwards; any other engine closes them (``recv`` returns None,
         ``closed`` is True)."""
         raise NotImplementedError("this provider cannot break a store's wake path")
+
+    def driver_connection(self, target: StoreTarget) -> Any:
+        """A new driver connection to ``target``'s storage, of a kind ``adopt_tx``
+        accepts, outside any transaction, with ``commit()``, ``rollback()`` and
+        ``close()``; the suite closes it."""
+        raise NotImplementedError("this provider cannot open driver connections to adopt")
 
     def commit_behind_its_back(self, tx: TxHandle) -> None:
         """End ``tx``'s transaction through ``tx.execute`` in the engine's dialect

@@ -26,6 +26,7 @@ class PostgresEngine(Engine):
 
     name = "postgres"
     schemes = ("postgres", "postgresql")
+    contract_version = "1.0"
     capabilities = CAPABILITIES
 
     def open(self, target: str, **options: Any) -> PostgresStore:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from alkstore.engine import JobStamp
-from alkstore_postgres._queue import QUEUE_KEY, STAMP_COLUMNS, stamp_columns
+from alkstore.engine import JobStamp, queue_wake_key
+from alkstore_postgres._queue import STAMP_COLUMNS, stamp_columns
 
 if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
@@ -94,7 +94,7 @@ class JobBuffer:
         store = self._store
         connection.execute(store.sql.enqueue_reserved, columns)
         for queue in sorted(queues):
-            connection.execute(store.sql.notify, store.wake_params(QUEUE_KEY + queue))
+            connection.execute(store.sql.notify, store.wake_params(queue_wake_key(queue)))
 
     def discard(self) -> None:
         """Forget the held rows (the transaction rolled back)."""

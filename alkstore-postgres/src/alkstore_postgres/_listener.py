@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from alkstore import RECONNECT_CHANNEL, Closed, Database, Wake
-from alkstore.engine import BufferedWakeReceiver
+from alkstore.engine import BufferedWakeReceiver, WakeFanout
 from alkstore_postgres._errors import reason
 from alkstore_postgres._names import channel_identifier, stored, unstored
 
@@ -77,7 +77,8 @@ class Listener:
         self._connect = connect
         self._schema = schema
         self._address = address
-        self._receivers: dict[str, set[BufferedWakeReceiver]] = {}
+        # PostgreSQL's wakes do not coalesce: one wake per notification.
+        self._fanout = WakeFanout(coalesce=False, on_unsubscribe=self._unsubscribed)
         self._users: dict[str, int] = {}
         """Live receivers per channel identifier: what the server must listen to."""
         self._listening: set[str] = set()
@@ -89,21 +90,17 @@ class Listener:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._pipe_closed = False
-        self._dead = False
         self._finished = False
         """The thread answered its last command: none may be queued any more."""
         self.reconnects = 0
 
     def subscribe(self, key: str) -> BufferedWakeReceiver:
         """A receiver of every notify on ``key`` committed after this returns."""
-        receiver = BufferedWakeReceiver(key, coalesce=False, on_close=self._unsubscribe)
         identifier = channel_identifier(self._schema, key)
         with self._lock:
             if self._stopping:
                 raise Closed("the store is closed")
-            if self._dead:
-                raise Database("the store's LISTEN connection thread died; reopen the store")
-            self._receivers.setdefault(key, set()).add(receiver)
+            receiver = self._fanout.subscribe(key)
             self._users[identifier] = self._users.get(identifier, 0) + 1
             needs_listen = identifier not in self._listening
             if self._thread is None:
@@ -139,7 +136,9 @@ class Listener:
         self._poke()
         if thread is not None:
             thread.join()
-        self._shut_all()
+        self._fanout.close()
+        with self._lock:
+            self._users.clear()
         with self._lock:
             self._pipe_closed = True
             for descriptor in (self._wake_read, self._wake_write):
@@ -157,15 +156,12 @@ class Listener:
         self._poke()
         command.done.wait()
 
-    def _unsubscribe(self, receiver: BufferedWakeReceiver) -> None:
-        identifier = channel_identifier(self._schema, receiver.channel)
+    def _unsubscribed(self, key: str) -> None:
+        """A receiver of ``key`` closed: UNLISTEN once its channel has none left."""
+        identifier = channel_identifier(self._schema, key)
         with self._lock:
-            group = self._receivers.get(receiver.channel)
-            if group is None or receiver not in group:
-                return  # shut by close(), which forgot every receiver first
-            group.discard(receiver)
-            if not group:
-                del self._receivers[receiver.channel]
+            if not self._users.get(identifier):
+                return  # the listener closed meanwhile and forgot every user
             self._users[identifier] -= 1
             if self._users[identifier]:
                 return
@@ -189,8 +185,9 @@ class Listener:
             # Anything but a lost connection (handled below) ends the listener:
             # receivers close rather than wait for wakes that cannot come.
             log.exception("the LISTEN connection thread failed; its receivers are closed")
-            self._dead = True
-            self._shut_all()
+            self._fanout.fail(exc, "the store's LISTEN connection thread died; reopen the store")
+            with self._lock:
+                self._users.clear()
             if not isinstance(exc, Exception):
                 raise
         finally:
@@ -255,7 +252,7 @@ class Listener:
     def _reconnect(self, again: bool) -> psycopg.Connection:
         connection = self._connect()
         # Notifications that arrive while a statement runs reach the handler, not _dispatch.
-        connection.add_notify_handler(lambda notice: self._deliver([key_of(notice.payload)]))
+        connection.add_notify_handler(lambda notice: self._fanout.deliver([key_of(notice.payload)]))
         with self._lock:
             self._listening = set()  # subscribers from now on wait for their LISTEN
             wanted = sorted(identifier for identifier, n in self._users.items() if n)
@@ -269,10 +266,7 @@ class Listener:
             self._listening = set(wanted)
         if again:
             self.reconnects += 1
-            with self._lock:
-                receivers = [r for group in self._receivers.values() for r in group]
-            for receiver in receivers:
-                receiver.deliver(Wake(RECONNECT_CHANNEL))
+            self._fanout.deliver_to_all(Wake(RECONNECT_CHANNEL))
         return connection
 
     def _serve(self, connection: psycopg.Connection) -> None:
@@ -365,22 +359,7 @@ class Listener:
         while (notice := connection.pgconn.notifies()) is not None:
             keys.append(key_of(notice.extra.decode()))
         if keys:
-            self._deliver(keys)
-
-    def _deliver(self, keys: list[str]) -> None:
-        """One wake per notification: PostgreSQL's wakes do not coalesce."""
-        with self._lock:
-            targets = [(key, r) for key in keys for r in self._receivers.get(key, ())]
-        for key, receiver in targets:
-            receiver.deliver(Wake(key))
-
-    def _shut_all(self) -> None:
-        with self._lock:
-            receivers = [r for group in self._receivers.values() for r in group]
-            self._receivers.clear()
-            self._users.clear()
-        for receiver in receivers:
-            receiver.shut()
+            self._fanout.deliver(keys)
 
 
 def _run_all(connection: psycopg.Connection, statements: Iterable[str]) -> None:

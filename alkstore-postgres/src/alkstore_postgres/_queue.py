@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from alkstore import JobInfo, QueueOpts
-from alkstore.engine import Job, JobStamp, Queue, decode
+from alkstore.engine import Job, JobStamp, Queue, decode, queue_wake_key
 from alkstore_postgres._errors import translate
 from alkstore_postgres._names import stored, unstored
 
@@ -16,10 +16,9 @@ if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
 __all__ = [
-    "QUEUE_KEY", "STAMP_COLUMNS", "PostgresQueue", "insert_job", "job_info", "stamp_columns",
+    "STAMP_COLUMNS", "PostgresQueue", "insert_job", "job_info", "stamp_columns",
 ]  # fmt: skip
 
-QUEUE_KEY = "__alkstore_queue:"
 
 STAMP_COLUMNS = (
     "queue", "priority", "run_at", "delay", "expires_in", "max_attempts", "visibility",
@@ -34,7 +33,7 @@ def insert_job(
     """Insert a job row on ``connection`` (and wake the queue's waiters at commit)."""
     params = {**_stamp_params(queue, stamp), "payload": payload}
     row = connection.execute(
-        store.sql.enqueue, {**params, **store.wake_params(QUEUE_KEY + queue)}
+        store.sql.enqueue, {**params, **store.wake_params(queue_wake_key(queue))}
     ).fetchone()
     assert row is not None
     return int(row[0])
@@ -133,16 +132,10 @@ class PostgresQueue(Queue):
             connection.execute(sql.purge_dead, params)
         return moved
 
-    def _wait(self, timeout: float | None) -> bool:
-        with self._store.subscribe(QUEUE_KEY + self.name) as wakes:
-            with translate(f"wait on {self.name!r}"), self._store.connection() as connection:
-                row = connection.execute(self._store.sql.next_ready, {"queue": self._key})
-                until_ready = row.fetchone()[0]  # type: ignore[index]
-            if until_ready is not None and until_ready <= 0:
-                return True
-            if timeout is not None and (until_ready is None or timeout < until_ready):
-                return wakes.recv(timeout) is not None
-            return wakes.recv(until_ready) is not None or not wakes.closed
+    def _until_ready(self) -> float | None:
+        with translate(f"look at {self.name!r}"), self._store.connection() as connection:
+            row = connection.execute(self._store.sql.next_ready, {"queue": self._key}).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
 
     def _holds(self, job: Job, **extra: Any) -> dict[str, Any]:
         return {"id": job.id, "attempts": job.attempts, "worker": stored(job.worker_id), **extra}
@@ -157,7 +150,7 @@ class PostgresQueue(Queue):
             job,
             error=stored(error),
             delay=delay_s,
-            **self._store.wake_params(QUEUE_KEY + self.name),
+            **self._store.wake_params(queue_wake_key(self.name)),
         )
         with translate(f"retry job {job.id}"), self._store.in_transaction() as connection:
             if connection.execute(sql.retry, params).rowcount == 1:
@@ -170,7 +163,7 @@ class PostgresQueue(Queue):
             return connection.execute(self._store.sql.to_dead_if_held, params).rowcount == 1
 
     def _release_job(self, job: Job) -> bool:
-        params = self._holds(job, **self._store.wake_params(QUEUE_KEY + self.name))
+        params = self._holds(job, **self._store.wake_params(queue_wake_key(self.name)))
         with translate(f"release job {job.id}"), self._store.connection() as connection:
             return connection.execute(self._store.sql.release, params).rowcount == 1
 

@@ -1,58 +1,68 @@
-"""Firing due schedules: one transaction per boundary, fenced by the leader lock."""
+"""The scheduler's storage primitives; core's loop leads, plans and calls them."""
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-from alkstore import SCHEDULER_LOCK, EnqueueOpts, LeadershipLost
-from alkstore.engine import Lock, plan_fires, stamp_job
+from alkstore import SCHEDULER_LOCK, ScheduleOpts
+from alkstore.engine import DueSchedule, DueSchedules, Fired, JobStamp, Lock
 from alkstore_postgres._errors import translate
 from alkstore_postgres._lock import renew
-from alkstore_postgres._names import unstored
+from alkstore_postgres._names import stored, unstored
 from alkstore_postgres._queue import insert_job
 
 if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["SCHEDULES_KEY", "fire_due"]
-
-SCHEDULES_KEY = "__alkstore_schedules"
+__all__ = ["due_schedules", "fire_boundary", "until_next_fire"]
 
 
-def fire_due(store: PostgresStore, lock: Lock) -> float | None:
-    """Fire every elapsed boundary; return when (client clock) the next is due."""
-    sql = store.sql
-    with translate("fire schedules"), store.connection() as connection:
-        due = connection.execute(sql.due_schedules).fetchall()
-        for (
-            name,
-            interval_s,
-            queue,
-            payload,
-            priority,
-            max_attempts,
-            expires_s,
-            next_at,
-            now,
-        ) in due:
-            plan = plan_fires(next_at, interval_s, now)
-            opts = EnqueueOpts(priority=priority, max_attempts=max_attempts, expires=expires_s)
-            target = unstored(queue)
-            stamp = stamp_job(store._declared_queue_opts(target), opts)
-            advances = [*plan.fire_at[1:], plan.next_fire_at]
-            for boundary, advance_to in zip(plan.fire_at, advances, strict=True):
-                with connection.transaction():
-                    # Renewing is the fence: a long catch-up never outlives the lease.
-                    if not renew(store, connection, SCHEDULER_LOCK, lock.owner, lock.ttl_s):
-                        raise LeadershipLost(f"{lock.owner!r} no longer holds {SCHEDULER_LOCK!r}")
-                    advanced = connection.execute(
-                        sql.advance_schedule, {"to": advance_to, "name": name, "from": boundary}
-                    ).rowcount
-                    if advanced == 1:
-                        insert_job(store, connection, target, stamp, payload)
-                if advanced != 1:
-                    break  # the schedule changed under us: re-read it next round
-        row = connection.execute(sql.next_schedule).fetchone()
-    until_next = None if row is None else row[0]
-    return None if until_next is None else time.time() + until_next
+def due_schedules(store: PostgresStore) -> DueSchedules:
+    """Every schedule whose next boundary is at or before the server's now."""
+    with translate("read due schedules"), store.connection() as connection:
+        rows = connection.execute(store.sql.due_schedules).fetchall()
+    now = rows[0][-1] if rows else 0.0
+    return DueSchedules(now, [_due(*row) for row in rows])
+
+
+def _due(
+    name: str,
+    interval_s: float,
+    queue: str,
+    payload_json: str,
+    priority: int,
+    max_attempts: int,
+    expires_s: float | None,
+    next_fire_at: float,
+    *_: object,
+) -> DueSchedule:
+    opts = ScheduleOpts(priority=priority, max_attempts=max_attempts, expires=expires_s)
+    return DueSchedule(
+        unstored(name), interval_s, unstored(queue), payload_json, opts, next_fire_at
+    )
+
+
+def fire_boundary(
+    store: PostgresStore,
+    lock: Lock,
+    schedule: DueSchedule,
+    boundary: float,
+    advance_to: float,
+    stamp: JobStamp,
+) -> Fired:
+    """Renew the lock, advance the schedule and enqueue its job, in one transaction."""
+    params = {"to": advance_to, "name": stored(schedule.name), "from": boundary}
+    with translate(f"fire schedule {schedule.name!r}"), store.in_transaction() as connection:
+        if not renew(store, connection, SCHEDULER_LOCK, lock.owner, lock.ttl_s):
+            return Fired.NOT_LEADER
+        if connection.execute(store.sql.advance_schedule, params).rowcount != 1:
+            return Fired.SCHEDULE_CHANGED
+        insert_job(store, connection, schedule.queue, stamp, schedule.payload_json)
+    return Fired.FIRED
+
+
+def until_next_fire(store: PostgresStore) -> float | None:
+    """Seconds (by the server's clock) until the earliest boundary of any schedule."""
+    with translate("read the next schedule"), store.connection() as connection:
+        row = connection.execute(store.sql.next_schedule).fetchone()
+    return None if row is None or row[0] is None else float(row[0])

@@ -6,24 +6,27 @@ import contextlib
 import math
 import select
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any
 
 import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from alkstore import SCHEDULER_LOCK, Database, QueueOpts, Schedule, ScheduleOpts
+from alkstore import Database, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import (
+    SCHEDULES_WAKE_KEY,
     BufferedWakeReceiver,
-    Capabilities,
+    DueSchedule,
+    DueSchedules,
+    Fired,
+    JobStamp,
     Lock,
-    StopSignal,
+    PlacedSchedule,
     Store,
     TxHandle,
     WakeReceiver,
     decode,
-    first_boundary_after,
-    run_scheduler,
+    place_schedule,
 )
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._errors import reason, translate
@@ -34,7 +37,7 @@ from alkstore_postgres._lock import PostgresLock, acquire
 from alkstore_postgres._names import channel_identifier, stored
 from alkstore_postgres._pool_log import pool_name, quiet_pool_noise
 from alkstore_postgres._queue import PostgresQueue
-from alkstore_postgres._scheduler import SCHEDULES_KEY, fire_due
+from alkstore_postgres._scheduler import due_schedules, fire_boundary, until_next_fire
 from alkstore_postgres._schema import migrate
 from alkstore_postgres._settings import Settings
 from alkstore_postgres._sql import Statements
@@ -47,10 +50,12 @@ __all__ = ["PostgresStore"]
 class PostgresStore(Store):
     """A store in one schema of a PostgreSQL database, for many worker hosts."""
 
-    capabilities: ClassVar[Capabilities] = CAPABILITIES
-
     def __init__(self, conninfo: str, address: str, settings: Settings) -> None:
-        super().__init__(f"PostgreSQL at {address}, schema {settings.schema}")
+        super().__init__(
+            f"PostgreSQL at {address}, schema {settings.schema}",
+            CAPABILITIES,
+            scheduler_lease_s=settings.scheduler_lease_s,
+        )
         self.settings = settings
         self.sql = Statements(settings.schema)
         self.job_ids = JobIds(self.sql.reserve_job_ids)
@@ -177,8 +182,8 @@ class PostgresStore(Store):
         with translate(f"notify {channel!r}"), self.connection() as connection:
             connection.execute(self.sql.notify, self.notify_params(channel))
 
-    def _listen(self, channel: str) -> WakeReceiver:
-        return self.subscribe(channel)
+    def _watch(self, key: str) -> WakeReceiver:
+        return self.subscribe(key)
 
     def _stream(self, name: str) -> PostgresStream:
         return PostgresStream(self, name)
@@ -201,25 +206,24 @@ class PostgresStore(Store):
         opts: ScheduleOpts,
     ) -> Schedule:
         with translate(f"schedule {name!r}"), self.in_transaction() as connection:
-            existing = connection.execute(self.sql.get_schedule, {"name": stored(name)}).fetchone()
-            if existing is None:
-                now = connection.execute(self.sql.now).fetchone()[0]  # type: ignore[index]
-                anchor, next_fire_at = now, now + interval_s
+            row = connection.execute(self.sql.get_schedule, {"name": stored(name)}).fetchone()
+            if row is None:
+                existing, now = None, connection.execute(self.sql.now).fetchone()[0]  # type: ignore[index]
             else:
-                old_spec, anchor, next_fire_at, now = existing
-                if old_spec != spec:
-                    next_fire_at = first_boundary_after(anchor, interval_s, now)
+                existing, now = PlacedSchedule(row[0], row[1], row[2]), row[3]
+            placed = place_schedule(existing, spec, interval_s, now)
             connection.execute(
                     self.sql.upsert_schedule,
                     {
                         "name": stored(name), "spec": spec, "interval": interval_s,
                         "queue": stored(queue), "payload": payload_json,
                         "priority": opts.priority, "max_attempts": opts.max_attempts,
-                        "expires": opts.expires, "anchor": anchor, "next": next_fire_at,
+                        "expires": opts.expires, "anchor": placed.anchor,
+                        "next": placed.next_fire_at,
                     },
                 )  # fmt: skip
-            connection.execute(self.sql.notify, self.wake_params(SCHEDULES_KEY))
-        return Schedule(name, spec, queue, decode(payload_json), next_fire_at)
+            connection.execute(self.sql.notify, self.wake_params(SCHEDULES_WAKE_KEY))
+        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
 
     def _unschedule(self, name: str) -> bool:
         with translate(f"unschedule {name!r}"), self.connection() as connection:
@@ -227,15 +231,21 @@ class PostgresStore(Store):
                 connection.execute(self.sql.delete_schedule, {"name": stored(name)}).rowcount == 1
             )
 
-    def _run_schedules(self, stop: StopSignal, owner: str) -> None:
-        lease = self.settings.scheduler_lease_s
-        run_scheduler(
-            stop,
-            lease_s=lease,
-            try_lead=lambda: self._try_lock(SCHEDULER_LOCK, owner, lease),
-            fire_due=lambda lock: fire_due(self, lock),
-            watch_changes=lambda: self.subscribe(SCHEDULES_KEY),
-        )
+    def _due_schedules(self) -> DueSchedules:
+        return due_schedules(self)
+
+    def _fire_boundary(
+        self,
+        lock: Lock,
+        schedule: DueSchedule,
+        boundary: float,
+        advance_to: float,
+        stamp: JobStamp,
+    ) -> Fired:
+        return fire_boundary(self, lock, schedule, boundary, advance_to, stamp)
+
+    def _until_next_fire(self) -> float | None:
+        return until_next_fire(self)
 
     def _inspect(self) -> PostgresInspector:
         return PostgresInspector(self)

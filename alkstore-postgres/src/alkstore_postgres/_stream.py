@@ -16,16 +16,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from alkstore import StreamEvent
-from alkstore.engine import Stream, WakeReceiver, decode, offset_past_head
+from alkstore.engine import Stream, decode, offset_past_head, stream_wake_key
 from alkstore_postgres._errors import translate
 from alkstore_postgres._names import stored, unstored
 
 if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["STREAM_KEY", "PostgresStream", "insert_event", "raise_offset"]
+__all__ = ["PostgresStream", "insert_event", "raise_offset"]
 
-STREAM_KEY = "__alkstore_stream:"
 
 Execute = Callable[[str, dict[str, Any]], psycopg.Cursor[Any]]
 """Runs one statement: ``connection.execute``, or a transaction's own runner."""
@@ -41,7 +40,7 @@ def insert_event(
             "stream": stored(stream),
             "key": None if key is None else stored(key),
             "payload": payload_json,
-            **store.wake_params(STREAM_KEY + stream, "channel", "wake"),
+            **store.wake_params(stream_wake_key(stream), "channel", "wake"),
         },
     ).fetchone()
     assert row is not None
@@ -56,8 +55,6 @@ def raise_offset(
     Raises:
         ValueError: ``offset`` is past the stream's head, as ``execute`` sees it.
     """
-    if offset == 0:
-        return False
     params = {"stream": stored(stream), "consumer": stored(consumer), "offset": offset}
     if execute(store.sql.save_offset, params).rowcount == 1:
         return True
@@ -101,6 +98,3 @@ class PostgresStream(Stream):
     def _save_offset(self, consumer: str, offset: int) -> bool:
         with translate(f"save offset of {consumer!r}"), self._store.connection() as connection:
             return raise_offset(self._store, connection.execute, self.name, consumer, offset)
-
-    def _watch(self) -> WakeReceiver:
-        return self._store.subscribe(STREAM_KEY + self.name)

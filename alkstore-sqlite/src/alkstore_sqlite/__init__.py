@@ -29,6 +29,7 @@ class SQLiteEngine(Engine):
 
     name = "sqlite"
     schemes = ("sqlite",)
+    contract_version = "1.0"
     capabilities = CAPABILITIES
 
     def open(self, target: str, **options: Any) -> SQLiteStore:

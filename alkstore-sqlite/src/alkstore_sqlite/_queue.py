@@ -8,10 +8,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from alkstore import JobInfo, QueueOpts
-from alkstore.engine import Job, JobStamp, Queue, decode
+from alkstore.engine import Job, JobStamp, Queue, decode, queue_wake_key
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
-from alkstore_sqlite._watcher import QUEUE_KEY
 
 if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
@@ -68,7 +67,6 @@ class SQLiteQueue(Queue):
                 # The common case: one statement, atomic by itself. A claim that
                 # lapses meanwhile is returned by the next claim.
                 rows = connection.execute(_sql.CLAIM, claim).fetchall()
-        rows.sort(key=lambda row: (-row[2], row[5], row[0]))
         return [self._job(row, worker_id) for row in rows]
 
     def _release_lapsed(self, connection: sqlite3.Connection, now: float) -> None:
@@ -120,20 +118,13 @@ class SQLiteQueue(Queue):
             connection.execute("COMMIT")
         return moved
 
-    def _wait(self, timeout: float | None) -> bool:
-        with self._store.subscribe(QUEUE_KEY + self.name) as wakes:
-            now = time.time()
-            with translate(f"wait on {self.name!r}"), self._pool.connection() as connection:
-                next_ready = connection.execute(
-                    _sql.NEXT_READY, (self.name, now, self.name)
-                ).fetchone()[0]
-            if next_ready is not None and next_ready <= now:
-                return True
-            until_ready = None if next_ready is None else next_ready - time.time()
-            if timeout is not None and (until_ready is None or timeout < until_ready):
-                return wakes.recv(timeout) is not None
-            # Work turns ready by the clock before the timeout, unless a commit comes first.
-            return wakes.recv(until_ready) is not None or not wakes.closed
+    def _until_ready(self) -> float | None:
+        now = time.time()
+        with translate(f"look at {self.name!r}"), self._pool.connection() as connection:
+            next_ready = connection.execute(
+                _sql.NEXT_READY, (self.name, now, self.name)
+            ).fetchone()[0]
+        return None if next_ready is None else next_ready - now
 
     def _ack_job(self, job: Job) -> bool:
         with translate(f"ack job {job.id}"), self._pool.connection() as connection:
@@ -149,7 +140,7 @@ class SQLiteQueue(Queue):
             ).rowcount
             settled = retried == 1 or self._to_dead(connection, job, error, now)
             if retried:
-                connection.execute(_sql.NOTIFY, (QUEUE_KEY + self.name, "null", now))
+                connection.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", now))
             connection.execute("COMMIT")
         self._store.committed()
         return settled
@@ -168,7 +159,7 @@ class SQLiteQueue(Queue):
             connection.execute("BEGIN IMMEDIATE")
             released = connection.execute(_sql.RELEASE, self._holds(job, now)).rowcount == 1
             if released:
-                connection.execute(_sql.NOTIFY, (QUEUE_KEY + self.name, "null", now))
+                connection.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", now))
             connection.execute("COMMIT")
         if released:
             self._store.committed()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote
 
-from alkstore.engine import LIBPQ_KEYWORDS, option_seconds
+from alkstore.engine import LIBPQ_KEYWORDS, settings_from_options
 
 __all__ = ["ACCEPTED_FORMS", "Settings", "parse_target"]
 
@@ -25,7 +25,10 @@ class Settings:
     busy_timeout_s: float = 5.0
     """How long a write waits for another writer before raising ``Database``."""
     watch_interval_s: float = 0.001
-    """How often the wake watcher checks the file for commits."""
+    """The shortest gap between two looks of the wake watcher at the file. With
+    inotify (Linux) a commit wakes the watcher, which then looks at most this
+    often (a backup poll runs every max(watch_interval_s, 0.5 s)); without
+    inotify the watcher polls at this interval."""
     scheduler_lease_s: float = 30.0
     """TTL of the scheduler leader's lock; it renews every third of it."""
 
@@ -37,22 +40,15 @@ class Settings:
             TypeError: an unknown option, named.
             ValueError: a bad value, naming the option.
         """
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise TypeError(
-                f"the sqlite engine has no option {', '.join(map(repr, unknown))} "
-                f"(it knows: {', '.join(sorted(known))})"
-            )
-        values: dict[str, Any] = {}
-        for name, value in options.items():
-            if name == "durability":
-                if value not in ("normal", "full"):
-                    raise ValueError(f"durability must be 'normal' or 'full', not {value!r}")
-                values[name] = value
-            else:
-                values[name] = option_seconds(name, value)
-        return cls(**values)
+        return settings_from_options(cls, "sqlite", options, {"durability": _durability})
+
+
+def _durability(name: str, value: object) -> Durability:
+    if value == "normal":
+        return "normal"
+    if value == "full":
+        return "full"
+    raise ValueError(f"{name} must be 'normal' or 'full', not {value!r}")
 
 
 def parse_target(target: str) -> tuple[str, dict[str, str]]:

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import time
-from typing import Any, ClassVar
+from collections.abc import Iterator
+from typing import Any
 
 from alkstore import Database, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import (
-    BufferedWakeReceiver,
+    SCHEDULES_WAKE_KEY,
     Capabilities,
+    DueSchedule,
+    DueSchedules,
+    Fired,
+    JobStamp,
     Lock,
-    StopSignal,
+    PlacedSchedule,
     Store,
     TxHandle,
     WakeReceiver,
     decode,
-    first_boundary_after,
+    place_schedule,
 )
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
@@ -25,12 +31,12 @@ from alkstore_sqlite._inspect import SQLiteInspector
 from alkstore_sqlite._lock import SQLiteLock, acquire
 from alkstore_sqlite._pool import ConnectionPool, connect
 from alkstore_sqlite._queue import SQLiteQueue
-from alkstore_sqlite._scheduler import run_schedules
+from alkstore_sqlite._scheduler import due_schedules, fire_boundary, until_next_fire
 from alkstore_sqlite._schema import SchemaError, migrate
 from alkstore_sqlite._settings import Settings
 from alkstore_sqlite._stream import SQLiteStream
 from alkstore_sqlite._tx import SQLiteTx
-from alkstore_sqlite._watcher import SCHEDULES_KEY, Watcher
+from alkstore_sqlite._watcher import Watcher
 
 __all__ = ["SQLiteStore"]
 
@@ -43,10 +49,8 @@ _PRUNE_EVERY = 256
 class SQLiteStore(Store):
     """A store in one SQLite file, shared by any number of threads and processes."""
 
-    capabilities: ClassVar[Capabilities] = CAPABILITIES
-
     def __init__(self, path: str, settings: Settings) -> None:
-        super().__init__(path)
+        super().__init__(path, CAPABILITIES, scheduler_lease_s=settings.scheduler_lease_s)
         self.path = path
         self.settings = settings
         _prepare_file(path, settings)
@@ -59,10 +63,15 @@ class SQLiteStore(Store):
         """Why the wake watcher died, or None while it lives (or never started)."""
         return self._watcher.error
 
-    def subscribe(self, key: str) -> BufferedWakeReceiver:
-        """A receiver for commits touching ``key`` (a channel or an internal key)."""
-        self._check_open()
-        return self._watcher.subscribe(key)
+    @contextlib.contextmanager
+    def in_transaction(self) -> Iterator[sqlite3.Connection]:
+        """A pooled connection inside ``BEGIN IMMEDIATE`` for the block: committed
+        at its end (then the watcher is poked), rolled back if it raises."""
+        with self.pool.connection() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            yield connection  # an exception leaves the pool to roll back
+            connection.execute("COMMIT")
+        self.committed()
 
     def committed(self) -> None:
         """Tell the watcher this process just committed, so wakes go out now."""
@@ -88,8 +97,8 @@ class SQLiteStore(Store):
         if self._notices % _PRUNE_EVERY == 0:
             connection.execute(_sql.PRUNE_NOTICES, (now - _NOTICE_HORIZON_S,))
 
-    def _listen(self, channel: str) -> WakeReceiver:
-        return self.subscribe(channel)
+    def _watch(self, key: str) -> WakeReceiver:
+        return self._watcher.subscribe(key)
 
     def _stream(self, name: str) -> SQLiteStream:
         return SQLiteStream(self, name)
@@ -98,10 +107,8 @@ class SQLiteStore(Store):
         return SQLiteQueue(self, name, opts)
 
     def _try_lock(self, name: str, owner: str, ttl_s: float) -> Lock | None:
-        with translate(f"lock {name!r}"), self.pool.connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
+        with translate(f"lock {name!r}"), self.in_transaction() as connection:
             held = acquire(connection, name, owner, ttl_s)
-            connection.execute("COMMIT")
         return SQLiteLock(self, name, owner, ttl_s) if held else None
 
     def _schedule(
@@ -114,30 +121,37 @@ class SQLiteStore(Store):
         opts: ScheduleOpts,
     ) -> Schedule:
         now = time.time()
-        with translate(f"schedule {name!r}"), self.pool.connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            existing = connection.execute(_sql.GET_SCHEDULE, (name,)).fetchone()
-            anchor, next_fire_at = now, now + interval_s
-            if existing is not None:
-                old_spec, _, anchor, next_fire_at = existing
-                if old_spec != spec:
-                    next_fire_at = first_boundary_after(anchor, interval_s, now)
+        with translate(f"schedule {name!r}"), self.in_transaction() as connection:
+            row = connection.execute(_sql.GET_SCHEDULE, (name,)).fetchone()
+            existing = None if row is None else PlacedSchedule(row[0], row[2], row[3])
+            placed = place_schedule(existing, spec, interval_s, now)
             connection.execute(
                 _sql.UPSERT_SCHEDULE,
                 (name, spec, interval_s, queue, payload_json, opts.priority, opts.max_attempts,
-                 opts.expires, anchor, next_fire_at),
+                 opts.expires, placed.anchor, placed.next_fire_at),
             )  # fmt: skip
-            connection.execute(_sql.NOTIFY, (SCHEDULES_KEY, "null", now))
-            connection.execute("COMMIT")
-        self.committed()
-        return Schedule(name, spec, queue, decode(payload_json), next_fire_at)
+            connection.execute(_sql.NOTIFY, (SCHEDULES_WAKE_KEY, "null", now))
+        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
 
     def _unschedule(self, name: str) -> bool:
         with translate(f"unschedule {name!r}"), self.pool.connection() as connection:
             return connection.execute(_sql.DELETE_SCHEDULE, (name,)).rowcount == 1
 
-    def _run_schedules(self, stop: StopSignal, owner: str) -> None:
-        run_schedules(self, stop, owner)
+    def _due_schedules(self) -> DueSchedules:
+        return due_schedules(self)
+
+    def _fire_boundary(
+        self,
+        lock: Lock,
+        schedule: DueSchedule,
+        boundary: float,
+        advance_to: float,
+        stamp: JobStamp,
+    ) -> Fired:
+        return fire_boundary(self, lock, schedule, boundary, advance_to, stamp)
+
+    def _until_next_fire(self) -> float | None:
+        return until_next_fire(self)
 
     def _inspect(self) -> SQLiteInspector:
         return SQLiteInspector(self)

@@ -11,10 +11,9 @@ import time
 from typing import TYPE_CHECKING
 
 from alkstore import StreamEvent
-from alkstore.engine import Stream, WakeReceiver, decode, offset_past_head
+from alkstore.engine import Stream, decode, offset_past_head
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
-from alkstore_sqlite._watcher import STREAM_KEY
 
 if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
@@ -38,8 +37,6 @@ def raise_offset(connection: sqlite3.Connection, stream: str, consumer: str, off
     Raises:
         ValueError: ``offset`` is past the stream's head as ``connection`` sees it.
     """
-    if offset == 0:
-        return False  # every consumer starts at 0: nothing to advance
     head: int = connection.execute(_sql.STREAM_HEAD, (stream,)).fetchone()[0]
     if offset > head:
         raise offset_past_head(stream, offset, head)
@@ -74,6 +71,3 @@ class SQLiteStream(Stream):
     def _save_offset(self, consumer: str, offset: int) -> bool:
         with translate(f"save offset of {consumer!r}"), self._store.pool.connection() as connection:
             return raise_offset(connection, self.name, consumer, offset)
-
-    def _watch(self) -> WakeReceiver:
-        return self._store.subscribe(STREAM_KEY + self.name)

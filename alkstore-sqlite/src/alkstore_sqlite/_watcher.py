@@ -30,21 +30,16 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from alkstore import Closed, Database, Wake
-from alkstore.engine import BufferedWakeReceiver
+from alkstore import Closed, Database
+from alkstore.engine import BufferedWakeReceiver, WakeFanout, queue_wake_key, stream_wake_key
 from alkstore_sqlite import _sql
 from alkstore_sqlite._filewatch import FolderWaiter
 from alkstore_sqlite._pool import connect
 from alkstore_sqlite._settings import Settings
 
-__all__ = ["QUEUE_KEY", "SCHEDULES_KEY", "STREAM_KEY", "Watcher"]
+__all__ = ["Watcher"]
 
 log = logging.getLogger("alkstore.sqlite")
-
-# Internal wake channels: under the reserved prefix, so no user channel collides.
-QUEUE_KEY = "__alkstore_queue:"
-STREAM_KEY = "__alkstore_stream:"
-SCHEDULES_KEY = "__alkstore_schedules"
 
 # With inotify a commit always wakes the watcher (SQLite writes the WAL with
 # write(), never through a mapping); the poll only guards against the
@@ -73,14 +68,13 @@ class Watcher:
     def __init__(self, path: str, settings: Settings) -> None:
         self._path = path
         self._settings = settings
-        self._receivers: dict[str, set[BufferedWakeReceiver]] = {}
+        self._fanout = WakeFanout(coalesce=True)
         self._lock = threading.Lock()
         self._waiter: FolderWaiter | None = None
         self._ready = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._outage = _Outage(path)
-        self.error: BaseException | None = None
 
     def subscribe(self, key: str) -> BufferedWakeReceiver:
         """Return a receiver woken by every commit that touches ``key`` from now on.
@@ -92,11 +86,13 @@ class Watcher:
             Closed: the store is closing.
         """
         self._start()
-        with self._lock:
-            self._check_alive()
-            receiver = BufferedWakeReceiver(key, on_close=self._unsubscribe)
-            self._receivers.setdefault(key, set()).add(receiver)
-        return receiver
+        return self._fanout.subscribe(key)
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the watcher died, or None while it lives (or never started)."""
+        failure = self._fanout.error
+        return None if failure is None else failure.__cause__
 
     def poke(self) -> None:
         """Look for commits now rather than at the next poll."""
@@ -112,19 +108,20 @@ class Watcher:
         self.poke()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        self._close_receivers()
+        self._fanout.close()
 
     def _start(self) -> None:
         with self._lock:
-            self._check_alive()
+            if self._stopping:
+                raise Closed("the store is closed")
+            self._fanout.check_usable()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"alkstore-watcher {self._path}", daemon=True
                 )
                 self._thread.start()
         self._wait_ready()
-        with self._lock:
-            self._check_alive()
+        self._fanout.check_usable()
 
     def _wait_ready(self) -> None:
         """Wait for the baseline, which must be read before listen() returns ("from now on").
@@ -143,20 +140,6 @@ class Watcher:
                     f"({failure}) for {self._settings.busy_timeout_s:g} s; the watcher "
                     "keeps trying, so a later listen may succeed"
                 ) from failure
-
-    def _check_alive(self) -> None:
-        if self.error is not None:
-            raise Database(f"the wake watcher of {self._path!r} died: {self.error}") from self.error
-        if self._stopping:
-            raise Closed("the store is closed")
-
-    def _unsubscribe(self, receiver: BufferedWakeReceiver) -> None:
-        with self._lock:
-            receivers = self._receivers.get(receiver.channel)
-            if receivers is not None:
-                receivers.discard(receiver)
-                if not receivers:
-                    del self._receivers[receiver.channel]
 
     def _run(self) -> None:
         waiter = FolderWaiter(os.path.dirname(self._path))
@@ -214,7 +197,7 @@ class Watcher:
                 waiter, lambda: self._look(connection, seen, identity)
             )
             if keys:
-                self._fan_out(keys)
+                self._fanout.deliver(keys)
             if woken and kernel_wakes:
                 # Under a stream of commits, look at most once per watch_interval_s:
                 # the next look covers every commit made meanwhile.
@@ -253,11 +236,8 @@ class Watcher:
 
     def _die(self, exc: BaseException) -> None:
         with self._lock:
-            dying = not self._stopping
-            if dying:
-                self.error = exc
-        if not dying:
-            return
+            if self._stopping:
+                return
         log.error(
             "the wake watcher of %r died, so every listener of this store is closed: %s",
             self._path,
@@ -265,20 +245,7 @@ class Watcher:
             # The story of a swapped file is in its message; anything else may need the stack.
             exc_info=None if isinstance(exc, WatchedFileChanged) else exc,
         )
-        self._close_receivers()
-
-    def _fan_out(self, keys: set[str]) -> None:
-        with self._lock:
-            targets = [(key, receiver) for key in keys for receiver in self._receivers.get(key, ())]
-        for key, receiver in targets:
-            receiver.deliver(Wake(key))
-
-    def _close_receivers(self) -> None:
-        with self._lock:
-            receivers = [r for group in self._receivers.values() for r in group]
-            self._receivers.clear()
-        for receiver in receivers:
-            receiver.shut()
+        self._fanout.fail(exc, f"the wake watcher of {self._path!r} died: {exc}")
 
 
 class _Seen:
@@ -310,10 +277,10 @@ class _Seen:
             keys.add(channel)
         for event_id, stream in connection.execute(_sql.NEW_EVENTS, (event,)):
             event = max(event, event_id)
-            keys.add(STREAM_KEY + stream)
+            keys.add(stream_wake_key(stream))
         for job_id, queue in connection.execute(_sql.NEW_JOBS, (job,)):
             job = max(job, job_id)
-            keys.add(QUEUE_KEY + queue)
+            keys.add(queue_wake_key(queue))
         self.version, self.notice, self.event, self.job = version, notice, event, job
         return keys
 

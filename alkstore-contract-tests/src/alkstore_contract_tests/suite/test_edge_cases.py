@@ -11,8 +11,8 @@ import time
 import pytest
 
 import alkstore
-from alkstore import QueueOpts, Wake
-from alkstore.engine import TestProvider, TxState
+from alkstore import QueueOpts, TxState, Wake
+from alkstore.engine import TestProvider
 from alkstore_contract_tests.suite._support import needs, start_thread
 
 # Closing a store with a transaction open

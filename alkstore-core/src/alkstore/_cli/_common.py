@@ -14,6 +14,7 @@ from typing import Any
 from alkstore._codec import JSONValue
 from alkstore._discovery import open as open_target
 from alkstore._names import OUTBOX_QUEUE_PREFIX
+from alkstore._outbox import backing_queue
 from alkstore._queue import Queue
 from alkstore._store import Store
 
@@ -64,7 +65,7 @@ def opened_store(arguments: argparse.Namespace, *, creates: bool = False) -> Ite
 def queue_named(store: Store, name: str) -> Queue:
     """The queue ``name``, an outbox's backing queue (``__alkstore_outbox:…``) included."""
     if name.startswith(OUTBOX_QUEUE_PREFIX):
-        return store.outbox(name[len(OUTBOX_QUEUE_PREFIX) :])._queue
+        return backing_queue(store.outbox(name[len(OUTBOX_QUEUE_PREFIX) :]))
     return store.queue(name)
 
 

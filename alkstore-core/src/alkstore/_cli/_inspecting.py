@@ -39,14 +39,21 @@ def _engines(arguments: argparse.Namespace) -> int:
     if arguments.json:
         print_json([
             {"name": info.name, "schemes": list(info.schemes),
-             "distribution": info.distribution, "version": info.version}
+             "distribution": info.distribution, "version": info.version,
+             "contract_version": info.contract_version}
             for info in installed.values()
         ])  # fmt: skip
         return EXIT_OK
     print_table(
-        ("ENGINE", "SCHEMES", "DISTRIBUTION", "VERSION"),
+        ("ENGINE", "SCHEMES", "DISTRIBUTION", "VERSION", "CONTRACT"),
         [
-            (info.name, ", ".join(info.schemes), info.distribution, info.version)
+            (
+                info.name,
+                ", ".join(info.schemes),
+                info.distribution,
+                info.version,
+                info.contract_version,
+            )
             for info in installed.values()
         ],
         empty="no engines installed; for the embedded default: pip install alkstore-sqlite",

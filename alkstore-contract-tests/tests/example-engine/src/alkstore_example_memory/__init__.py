@@ -15,6 +15,7 @@ import itertools
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -22,10 +23,8 @@ from typing import Any, ClassVar
 from alkstore import (
     SCHEDULER_LOCK,
     ConsumerStats,
-    EnqueueOpts,
     JobInfo,
     JobState,
-    LeadershipLost,
     LockInfo,
     QueueOpts,
     QueueStats,
@@ -33,36 +32,39 @@ from alkstore import (
     ScheduleOpts,
     StreamEvent,
     StreamStats,
-    Wake,
 )
-from alkstore import Database as DatabaseError
 from alkstore.engine import (
+    EXPIRED,
+    LAPSED_ON_LAST_ATTEMPT,
+    SCHEDULES_WAKE_KEY,
     BufferedWakeReceiver,
     Capabilities,
+    DueSchedule,
+    DueSchedules,
     Engine,
+    Fired,
     Inspector,
     Job,
     JobStamp,
     Lock,
+    PlacedSchedule,
     Queue,
-    StopSignal,
     Store,
     StoreTarget,
     Stream,
     TestProvider,
     TxHandle,
+    WakeFanout,
     WakeReceiver,
     decode,
-    first_boundary_after,
     offset_past_head,
-    plan_fires,
-    run_scheduler,
-    stamp_job,
+    place_schedule,
+    queue_wake_key,
+    stream_wake_key,
 )
 
 __all__ = ["MemoryEngine", "MemoryStore", "MemoryTestProvider"]
 
-QUEUE_KEY, STREAM_KEY, SCHEDULES_KEY = "__alkstore_q:", "__alkstore_s:", "__alkstore_schedules"
 CAPABILITIES = Capabilities(wakes_coalesce=True, shared_between_processes=False)
 
 
@@ -101,16 +103,11 @@ class Database:
         self.locks: dict[str, tuple[str, float]] = {}
         self.schedules: dict[str, dict[str, Any]] = {}
         self.business: set[str] = set()
-        self.receivers: dict[str, set[BufferedWakeReceiver]] = {}
-        self.wakes_failed: BaseException | None = None
+        self.wakes = WakeFanout(coalesce=True)
+        """Every store on this database subscribes here; commits deliver here."""
 
     def wake(self, keys: set[str]) -> None:
-        with self.lock:
-            if self.wakes_failed is not None:
-                return
-            targets = [r for key in keys for r in self.receivers.get(key, ())]
-        for receiver in targets:
-            receiver.deliver(Wake(receiver.channel))
+        self.wakes.deliver(keys)
 
     def to_dead(self, row: Row, error: str, now: float) -> None:
         del self.jobs[row.id]
@@ -172,7 +169,7 @@ class MemoryTx(TxHandle):
             backoff_base_s=stamp.backoff_base_s, retention_s=stamp.dead_letter_retention_s,
         )  # fmt: skip
         self.writes.append(lambda: self.db.jobs.__setitem__(row.id, row))
-        self.wakes.add(QUEUE_KEY + queue)
+        self.wakes.add(queue_wake_key(queue))
         return row.id
 
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
@@ -180,7 +177,7 @@ class MemoryTx(TxHandle):
         event = (offset, stream, key, payload_json, time.time())
         self.published.append(event)
         self.writes.append(lambda: self.db.events.append(event))
-        self.wakes.add(STREAM_KEY + stream)
+        self.wakes.add(stream_wake_key(stream))
         return offset
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
@@ -274,7 +271,7 @@ class MemoryQueue(Queue):
         for row in list(self.db.jobs.values()):
             if row.queue == self.name and row.deadline is not None and row.deadline < now:
                 if row.attempts >= row.max_attempts:
-                    self.db.to_dead(row, "claim lapsed on its last attempt", now)
+                    self.db.to_dead(row, LAPSED_ON_LAST_ATTEMPT, now)
                 else:
                     row.deadline = None
 
@@ -324,7 +321,7 @@ class MemoryQueue(Queue):
         with self.db.lock:
             for row in list(self.db.jobs.values()):
                 if row.queue == self.name and row.expires_at is not None and row.expires_at <= now:
-                    self.db.to_dead(row, "expired", now)
+                    self.db.to_dead(row, EXPIRED, now)
                     moved += 1
             self._release_lapsed(now)
             for row in list(self.db.dead.values()):
@@ -334,22 +331,15 @@ class MemoryQueue(Queue):
                         del self.db.dead[row.id]
         return moved
 
-    def _wait(self, timeout: float | None) -> bool:
-        with self._store.subscribe(QUEUE_KEY + self.name) as wakes:
-            now = time.time()
-            with self.db.lock:
-                times = [
-                    r.run_at if r.deadline is None else r.deadline
-                    for r in self.db.jobs.values()
-                    if r.queue == self.name and (r.expires_at is None or r.expires_at > now)
-                ]
-            next_ready = min(times, default=None)
-            if next_ready is not None and next_ready <= now:
-                return True
-            until_ready = None if next_ready is None else next_ready - now
-            if timeout is not None and (until_ready is None or timeout < until_ready):
-                return wakes.recv(timeout) is not None
-            return wakes.recv(until_ready) is not None or not wakes.closed
+    def _until_ready(self) -> float | None:
+        now = time.time()
+        with self.db.lock:
+            times = [
+                r.run_at if r.deadline is None else r.deadline
+                for r in self.db.jobs.values()
+                if r.queue == self.name and (r.expires_at is None or r.expires_at > now)
+            ]
+        return None if not times else min(times) - now
 
     def _ack_job(self, job: Job) -> bool:
         with self.db.lock:
@@ -369,7 +359,7 @@ class MemoryQueue(Queue):
                 self.db.to_dead(row, error, now)
                 return True
             row.deadline, row.run_at, row.last_error = None, now + delay_s, error
-        self.db.wake({QUEUE_KEY + self.name})
+        self.db.wake({queue_wake_key(self.name)})
         return True
 
     def _fail_job(self, job: Job, error: str) -> bool:
@@ -388,7 +378,7 @@ class MemoryQueue(Queue):
                 return False
             row.deadline = None
             row.attempts -= 1  # the claim's attempt is given back
-        self.db.wake({QUEUE_KEY + self.name})
+        self.db.wake({queue_wake_key(self.name)})
         return True
 
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
@@ -419,9 +409,6 @@ class MemoryStream(Stream):
     def _save_offset(self, consumer: str, offset: int) -> bool:
         with self._store.tx_class(self._store) as tx:
             return tx._save_offset_tx(self.name, consumer, offset)
-
-    def _watch(self) -> WakeReceiver:
-        return self._store.subscribe(STREAM_KEY + self.name)
 
 
 class MemoryLock(Lock):
@@ -515,7 +502,9 @@ class MemoryInspector(Inspector):
     def _schedules(self) -> list[Schedule]:
         with self.db.lock:
             return [
-                Schedule(name, s["spec"], s["queue"], decode(s["payload"]), s["next_fire_at"])
+                Schedule(
+                    name, s["spec"], s["queue"], decode(s["payload"]), s["placed"].next_fire_at
+                )
                 for name, s in sorted(self.db.schedules.items())
             ]
 
@@ -537,51 +526,31 @@ def _counted_as(row: Row, now: float) -> str:
 class MemoryStore(Store):
     """A store on one in-process database. Subclasses swap the parts below."""
 
-    capabilities: ClassVar[Capabilities] = CAPABILITIES
     tx_class: ClassVar[type[MemoryTx]] = MemoryTx
     queue_class: ClassVar[type[MemoryQueue]] = MemoryQueue
     stream_class: ClassVar[type[MemoryStream]] = MemoryStream
 
     def __init__(self, name: str, scheduler_lease_s: float) -> None:
-        super().__init__(f"memory://{name}")
+        super().__init__(f"memory://{name}", CAPABILITIES, scheduler_lease_s=scheduler_lease_s)
         self.db = database(name)
-        self.scheduler_lease_s = scheduler_lease_s
-        self._mine: set[BufferedWakeReceiver] = set()
+        self._mine: weakref.WeakSet[BufferedWakeReceiver] = weakref.WeakSet()
 
-    def subscribe(self, key: str) -> BufferedWakeReceiver:
-        self._check_open()
-        receiver = BufferedWakeReceiver(key, on_close=self._unsubscribe)
-        with self.db.lock:
-            if self.db.wakes_failed is not None:
-                raise DatabaseError("the wake path died") from self.db.wakes_failed
-            self.db.receivers.setdefault(key, set()).add(receiver)
-            self._mine.add(receiver)
+    def _watch(self, key: str) -> WakeReceiver:
+        receiver = self.db.wakes.subscribe(key)
+        self._mine.add(receiver)  # closed with this store; its peers' stay open
         return receiver
-
-    def _unsubscribe(self, receiver: BufferedWakeReceiver) -> None:
-        with self.db.lock:
-            self.db.receivers.get(receiver.channel, set()).discard(receiver)
-            self._mine.discard(receiver)
 
     def _close(self) -> None:
         for receiver in list(self._mine):
-            receiver.shut()
+            receiver.close()
 
     def fail_wakes(self, error: BaseException) -> None:
-        """The wake path died: no wake can come any more, so every receiver closes
-        (failure is an event, never silence) and later listens raise."""
-        with self.db.lock:
-            self.db.wakes_failed = error
-            receivers = [r for group in self.db.receivers.values() for r in group]
-            self.db.receivers.clear()
-        for receiver in receivers:
-            receiver.shut()
+        """The wake path died: every receiver on the database closes (failure is
+        an event, never silence) and later listens raise ``Database``."""
+        self.db.wakes.fail(error, f"the wake path of {self.location} died: {error}")
 
     def _notify(self, channel: str, payload_json: str) -> None:
         self.db.wake({channel})
-
-    def _listen(self, channel: str) -> WakeReceiver:
-        return self.subscribe(channel)
 
     def _stream(self, name: str) -> Stream:
         return self.stream_class(self, name)
@@ -606,53 +575,53 @@ class MemoryStore(Store):
         self, name: str, spec: str, interval_s: int, queue: str, payload_json: str,
         opts: ScheduleOpts,
     ) -> Schedule:  # fmt: skip
-        now = time.time()
         with self.db.lock:
             old = self.db.schedules.get(name)
-            anchor = now if old is None else old["anchor"]
-            next_fire_at = now + interval_s if old is None else old["next_fire_at"]
-            if old is not None and old["spec"] != spec:
-                next_fire_at = first_boundary_after(anchor, interval_s, now)
+            existing = None if old is None else old["placed"]
+            placed = place_schedule(existing, spec, interval_s, time.time())
             self.db.schedules[name] = {
                 "spec": spec, "interval_s": interval_s, "queue": queue, "payload": payload_json,
-                "opts": opts, "anchor": anchor, "next_fire_at": next_fire_at,
+                "opts": opts, "placed": placed,
             }  # fmt: skip
-        self.db.wake({SCHEDULES_KEY})
-        return Schedule(name, spec, queue, decode(payload_json), next_fire_at)
+        self.db.wake({SCHEDULES_WAKE_KEY})
+        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
 
     def _unschedule(self, name: str) -> bool:
         with self.db.lock:
             return self.db.schedules.pop(name, None) is not None
 
-    def _run_schedules(self, stop: StopSignal, owner: str) -> None:
-        lease = self.scheduler_lease_s
-        run_scheduler(
-            stop,
-            lease_s=lease,
-            try_lead=lambda: self._try_lock(SCHEDULER_LOCK, owner, lease),
-            fire_due=lambda lock: self._fire_due(lock.owner),
-            watch_changes=lambda: self.subscribe(SCHEDULES_KEY),
-        )
-
-    def _fire_due(self, owner: str) -> float | None:
+    def _due_schedules(self) -> DueSchedules:
         now = time.time()
         with self.db.lock:
-            for schedule in self.db.schedules.values():
-                plan = plan_fires(schedule["next_fire_at"], schedule["interval_s"], now)
-                for _ in plan.fire_at:
-                    holder = self.db.locks.get(SCHEDULER_LOCK)
-                    if holder is None or holder[0] != owner or holder[1] <= time.time():
-                        raise LeadershipLost(f"{owner!r} no longer holds {SCHEDULER_LOCK!r}")
-                    opts: ScheduleOpts = schedule["opts"]
-                    stamp = stamp_job(
-                        self._declared_queue_opts(schedule["queue"]),
-                        EnqueueOpts(priority=opts.priority, max_attempts=opts.max_attempts,
-                                    expires=opts.expires),
-                    )  # fmt: skip
-                    with self.tx_class(self) as tx:
-                        tx._enqueue_tx(schedule["queue"], stamp, schedule["payload"])
-                schedule["next_fire_at"] = plan.next_fire_at
-            return min((s["next_fire_at"] for s in self.db.schedules.values()), default=None)
+            due = [
+                DueSchedule(name, s["interval_s"], s["queue"], s["payload"], s["opts"],
+                            s["placed"].next_fire_at)
+                for name, s in self.db.schedules.items()
+                if s["placed"].next_fire_at <= now
+            ]  # fmt: skip
+        return DueSchedules(now, due)
+
+    def _fire_boundary(
+        self, lock: Lock, schedule: DueSchedule, boundary: float, advance_to: float,
+        stamp: JobStamp,
+    ) -> Fired:  # fmt: skip
+        with self.tx_class(self) as tx:  # holds the database until it commits
+            holder = self.db.locks.get(SCHEDULER_LOCK)
+            if holder is None or holder[0] != lock.owner or holder[1] <= time.time():
+                return Fired.NOT_LEADER
+            self.db.locks[SCHEDULER_LOCK] = (lock.owner, time.time() + lock.ttl_s)
+            row = self.db.schedules.get(schedule.name)
+            placed: PlacedSchedule | None = None if row is None else row["placed"]
+            if placed is None or placed.next_fire_at != boundary:
+                return Fired.SCHEDULE_CHANGED
+            row["placed"] = PlacedSchedule(placed.spec, placed.anchor, advance_to)  # type: ignore[index]
+            tx._enqueue_tx(schedule.queue, stamp, schedule.payload_json)
+        return Fired.FIRED
+
+    def _until_next_fire(self) -> float | None:
+        with self.db.lock:
+            times = [s["placed"].next_fire_at for s in self.db.schedules.values()]
+        return None if not times else min(times) - time.time()
 
     def _inspect(self) -> Inspector:
         return MemoryInspector(self)
@@ -669,6 +638,7 @@ class MemoryEngine(Engine):
 
     name = "memory"
     schemes = ("memory",)
+    contract_version = "1.0"
     capabilities = CAPABILITIES
     store_class: ClassVar[type[MemoryStore]] = MemoryStore
 
@@ -715,7 +685,10 @@ class MemoryTestProvider(TestProvider):
     def shift_schedule(self, target: StoreTarget, name: str, by_s: float) -> None:
         db = database(target.target.partition("://")[2])
         with db.lock:
-            db.schedules[name]["next_fire_at"] += by_s
+            placed = db.schedules[name]["placed"]
+            db.schedules[name]["placed"] = PlacedSchedule(
+                placed.spec, placed.anchor, placed.next_fire_at + by_s
+            )
 
     def commit_behind_its_back(self, tx: TxHandle) -> None:
         tx.execute("COMMIT")

@@ -10,8 +10,18 @@ import contextlib
 import time
 from typing import ClassVar
 
-from alkstore import Schedule, ScheduleOpts, Wake
-from alkstore.engine import BufferedWakeReceiver, Job, WakeReceiver
+from alkstore import RESERVED_PREFIX, Schedule, ScheduleOpts, Wake
+from alkstore.engine import (
+    BufferedWakeReceiver,
+    DueSchedule,
+    Fired,
+    Job,
+    JobStamp,
+    Lock,
+    PlacedSchedule,
+    WakeFanout,
+    WakeReceiver,
+)
 from alkstore_example_memory import (
     MemoryEngine,
     MemoryQueue,
@@ -131,16 +141,12 @@ class _NotifyTxWakesOwnListenersAtOnce(MemoryTx):
 class _DriftingSchedulesStore(MemoryStore):
     """Computes each next boundary from the moment it fired, not from the last boundary."""
 
-    def _fire_due(self, owner: str) -> float | None:
-        now = time.time()
-        with self.db.lock:
-            due = [s for s in self.db.schedules.values() if s["next_fire_at"] <= now]
-            next_fire_at = super()._fire_due(owner)
-            for schedule in due:
-                schedule["next_fire_at"] = now + schedule["interval_s"]
-            return min(
-                (s["next_fire_at"] for s in self.db.schedules.values()), default=next_fire_at
-            )
+    def _fire_boundary(
+        self, lock: Lock, schedule: DueSchedule, boundary: float, advance_to: float,
+        stamp: JobStamp,
+    ) -> Fired:  # fmt: skip
+        drifted = time.time() + schedule.interval_s
+        return super()._fire_boundary(lock, schedule, boundary, drifted, stamp)
 
 
 class _UpsertMovesScheduleStore(MemoryStore):
@@ -153,7 +159,9 @@ class _UpsertMovesScheduleStore(MemoryStore):
         with self.db.lock:
             existing = self.db.schedules.get(name)
             if existing is not None and existing["spec"] == spec:
-                existing["next_fire_at"] = time.time() + interval_s
+                placed = existing["placed"]
+                moved = PlacedSchedule(placed.spec, placed.anchor, time.time() + interval_s)
+                existing["placed"] = moved
             return super()._schedule(name, spec, interval_s, queue, payload_json, opts)
 
 
@@ -170,20 +178,36 @@ class _OneChannelPerCommit(MemoryTx):
         super()._notify_tx(channel, payload_json)
 
 
+class _MuteFanout(WakeFanout):
+    def deliver(self, keys: object) -> None:
+        pass
+
+
 class _SilentWakeDeathStore(MemoryStore):
     """When the wake path dies, delivers nothing more but leaves receivers open."""
 
     def fail_wakes(self, error: BaseException) -> None:
-        self.db.wakes_failed = error
+        self.db.wakes = _MuteFanout(coalesce=True)  # the old receivers hear nothing more
 
 
-class _EchoingReceiver(BufferedWakeReceiver):
+class _EchoingReceiver(WakeReceiver):
     """Hands out a wake but keeps it pending: the same wake comes back forever."""
 
+    def __init__(self, inner: BufferedWakeReceiver) -> None:
+        self.channel = inner.channel
+        self._inner = inner
+
+    @property
+    def closed(self) -> bool:
+        return self._inner.closed
+
+    def close(self) -> None:
+        self._inner.close()
+
     def recv(self, timeout: float | None = None) -> Wake | None:
-        wake = super().recv(timeout)
+        wake = self._inner.recv(timeout)
         if wake is not None:
-            self.deliver(wake)
+            self._inner.deliver(wake)
             # Spend the loop outside the receiver's lock, so the time limit's
             # signal lands here rather than between a lock's acquire and release.
             time.sleep(0.005)
@@ -201,17 +225,19 @@ class _DeafReceiver(BufferedWakeReceiver):
 
 
 class _DeafWakesStore(MemoryStore):
-    def _listen(self, channel: str) -> WakeReceiver:
-        return _DeafReceiver(channel)
+    def _watch(self, key: str) -> WakeReceiver:
+        if key.startswith(RESERVED_PREFIX):
+            return super()._watch(key)
+        return _DeafReceiver(key)  # only a listen() goes deaf
 
 
 class _EchoingWakesStore(MemoryStore):
-    def _listen(self, channel: str) -> WakeReceiver:
-        receiver = _EchoingReceiver(channel, on_close=self._unsubscribe)
-        with self.db.lock:
-            self.db.receivers.setdefault(channel, set()).add(receiver)
-            self._mine.add(receiver)
-        return receiver
+    def _watch(self, key: str) -> WakeReceiver:
+        receiver = super()._watch(key)
+        if key.startswith(RESERVED_PREFIX):
+            return receiver
+        assert isinstance(receiver, BufferedWakeReceiver)
+        return _EchoingReceiver(receiver)  # only a listen() echoes
 
 
 class EarlyOwnWakesEngine(MemoryEngine):

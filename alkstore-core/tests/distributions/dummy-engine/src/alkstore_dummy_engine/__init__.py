@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from alkstore import QueueOpts
-from alkstore.engine import Engine, StopSignal, Store
+from alkstore.engine import Capabilities, Engine, Store
 
 
 class DummyStore(Store):
     """A store whose every mechanism refuses: only its opening is observable."""
 
     def __init__(self, target: str, options: dict[str, Any]) -> None:
-        super().__init__(target)
+        super().__init__(target, Capabilities())
         self.options = options
 
     def _close(self) -> None:
@@ -21,7 +21,7 @@ class DummyStore(Store):
     def _notify(self, channel: str, payload_json: str) -> NoReturn:
         raise NotImplementedError
 
-    def _listen(self, channel: str) -> NoReturn:
+    def _watch(self, key: str) -> NoReturn:
         raise NotImplementedError
 
     def _stream(self, name: str) -> NoReturn:
@@ -39,7 +39,13 @@ class DummyStore(Store):
     def _unschedule(self, name: str) -> NoReturn:
         raise NotImplementedError
 
-    def _run_schedules(self, stop: StopSignal, owner: str) -> NoReturn:
+    def _due_schedules(self) -> NoReturn:
+        raise NotImplementedError
+
+    def _fire_boundary(self, *args: Any) -> NoReturn:
+        raise NotImplementedError
+
+    def _until_next_fire(self) -> NoReturn:
         raise NotImplementedError
 
     def _begin_tx(self) -> NoReturn:
@@ -55,6 +61,7 @@ class DummyStore(Store):
 class DummyEngine(Engine):
     name = "dummy"
     schemes = ("dummy", "dummy+mem", "otherscheme")
+    contract_version = "1.0"
 
     def open(self, target: str, **options: Any) -> Store:
         unknown = set(options) - {"flavour"}

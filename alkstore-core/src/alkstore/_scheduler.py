@@ -1,9 +1,15 @@
-"""The scheduler runner's leadership loop, the same for every engine.
+"""The scheduler: leadership, the fire loop and catch-up, the same for every engine.
 
-The engine supplies two things: how to take (or re-take) the leadership lock,
-and how to fire every elapsed boundary — each boundary in one transaction
-that first renews the lock (only an unexpired holder can), so a deposed
-leader never fires and a long catch-up never outlives the lease.
+An engine supplies storage primitives (``Store._due_schedules``,
+``Store._fire_boundary``, ``Store._until_next_fire``); everything else is here.
+One runner across all processes leads: it holds the lock
+``__alkstore_scheduler`` and renews it. For every elapsed boundary of a due
+schedule (at most :data:`~alkstore._every.MAX_CATCH_UP`, then it skips ahead)
+the engine fires ONE transaction that renews the lock (only an unexpired
+holder can), advances the schedule from that boundary (only if it is still
+there) and enqueues the job. So a deposed leader never fires, a long
+catch-up never outlives the lease, and a schedule changed meanwhile is
+re-read rather than fired from stale data.
 
 The loop rides out database outages: a failed call never ends it. A leader
 whose call fails may no longer be leader, so it stops firing at once and
@@ -15,57 +21,88 @@ a commit whose outcome the failure left unknown is never fired twice.
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from alkstore._errors import Closed, Database, LeadershipLost
+from alkstore._every import plan_fires
 from alkstore._lock import Lock
-from alkstore._names import SCHEDULER_LOCK
+from alkstore._names import SCHEDULER_LOCK, SCHEDULES_WAKE_KEY
+from alkstore._options import ScheduleOpts
+from alkstore._outage import Outage
 from alkstore._receivers import WakeReceiver
-from alkstore._running import Outage
-from alkstore._store import StopSignal
+from alkstore._stamp import stamp_job
 
-__all__ = ["run_scheduler"]
+if TYPE_CHECKING:
+    from alkstore._store import StopSignal, Store
+
+__all__ = ["DueSchedule", "DueSchedules", "Fired", "run_scheduler"]
 
 log = logging.getLogger("alkstore.scheduler")
 
 
-def run_scheduler(
-    stop: StopSignal,
-    *,
-    lease_s: float,
-    try_lead: Callable[[], Lock | None],
-    fire_due: Callable[[Lock], float | None],
-    watch_changes: Callable[[], WakeReceiver],
-) -> None:
-    """Lead or stand by until ``stop`` is set.
+@dataclass(frozen=True, slots=True)
+class DueSchedule:
+    """A schedule whose next boundary has come, as ``Store._due_schedules`` read it."""
 
-    ``try_lead`` acquires ``__alkstore_scheduler`` for ``lease_s`` (None while
-    another runner leads); ``fire_due`` fires what is due and returns the next
-    fire time (Unix seconds) or None; ``watch_changes`` returns a receiver that
-    wakes a leader early when a schedule changes (opened when first needed,
-    opened again if it closes, closed on the way out). A standby looks again
-    every quarter lease; a leader renews every third of it.
+    name: str
+    interval_s: float
+    queue: str
+    payload_json: str
+    opts: ScheduleOpts
+    next_fire_at: float
+    """The boundary it is at (Unix seconds, the engine's clock)."""
 
-    A :class:`~alkstore.Database` error from any of these calls is an outage,
-    never the end: one warning per outage, pauses of up to a few seconds, then
-    a leader campaigns again through ``try_lead`` (firing nothing meanwhile).
-    Leadership is released on the way out; a release the database fails is
-    logged, and the lock lapses by itself after its lease.
+
+@dataclass(frozen=True, slots=True)
+class DueSchedules:
+    """Every due schedule, and the engine's ``now`` they were read at."""
+
+    now: float
+    schedules: list[DueSchedule]
+
+
+class Fired(enum.Enum):
+    """What ``Store._fire_boundary`` did with one boundary."""
+
+    FIRED = "fired"
+    """The lock was renewed, the schedule advanced and the job enqueued: committed."""
+    SCHEDULE_CHANGED = "schedule changed"
+    """The schedule is no longer at that boundary (changed or deleted): nothing written."""
+    NOT_LEADER = "not leader"
+    """The lock is gone or held by another owner: nothing written."""
+
+
+def run_scheduler(store: Store, stop: StopSignal, owner: str) -> None:
+    """Lead or stand by until ``stop`` is set; see ``Store.run_schedules``.
+
+    A standby campaigns every quarter lease; a leader renews every third of
+    it, fires what is due, and sleeps until the next boundary, a renewal, or
+    a schedule change (a wake of ``SCHEDULES_WAKE_KEY``), whichever is first.
+
+    A :class:`~alkstore.Database` error from any call is an outage, never the
+    end: one warning per outage, pauses of up to a few seconds, then a leader
+    campaigns again (firing nothing meanwhile). Leadership is released on the
+    way out; a release the database fails is logged, and the lock lapses by
+    itself after its lease.
 
     Raises:
         LeadershipLost: the database answered that the leader's lock is gone —
-            a renew returned False, or ``fire_due`` found the lock taken.
+            a renew returned False, or a boundary found the lock taken.
         Closed: the store was closed.
     """
+    lease_s = store.scheduler_lease_s
     outage = Outage(log, "the scheduler")
-    changes = _Changes(watch_changes, outage)
+    changes = _Changes(lambda: store._watch(SCHEDULES_WAKE_KEY), outage)
     led: Lock | None = None
     try:
         while not stop.is_set():
             try:
-                lock = try_lead()
+                lock = store._try_lock(SCHEDULER_LOCK, owner, lease_s)
             except Database as exc:
                 stop.wait(outage.failed("taking scheduler leadership", exc))
                 continue
@@ -74,20 +111,14 @@ def run_scheduler(
                 stop.wait(lease_s / 4)
                 continue
             led = lock
-            _lead(stop, lock, fire_due, changes, outage)
+            _lead(store, stop, lock, changes, outage)
     finally:
         changes.close()
         if led is not None:
             _release(led, outage)
 
 
-def _lead(
-    stop: StopSignal,
-    lock: Lock,
-    fire_due: Callable[[Lock], float | None],
-    changes: _Changes,
-    outage: Outage,
-) -> None:
+def _lead(store: Store, stop: StopSignal, lock: Lock, changes: _Changes, outage: Outage) -> None:
     """Renew and fire until ``stop``; return after a pause when the database fails."""
     renew_every = lock.ttl_s / 3
     # Renew first: a lock re-taken after an outage keeps the expiry it had,
@@ -102,7 +133,7 @@ def _lead(
                 renew_at = time.monotonic() + renew_every
             action = "firing due schedules"
             changes.open()  # before reading the schedules: a change after it wakes us
-            next_fire_at = fire_due(lock)
+            next_fire_at = _fire_due(store, lock)
         except Database as exc:
             # Whether we still lead is unknown: fire nothing until try_lead says so.
             stop.wait(outage.failed(action, exc))
@@ -113,6 +144,29 @@ def _lead(
             sleep = min(sleep, next_fire_at - time.time())
         if sleep > 0:
             changes.await_one(stop, sleep)
+
+
+def _fire_due(store: Store, lock: Lock) -> float | None:
+    """Fire every elapsed boundary; return when (this host's clock) the next is due."""
+    due = store._due_schedules()
+    for schedule in due.schedules:
+        plan = plan_fires(schedule.next_fire_at, schedule.interval_s, due.now)
+        if plan.skipped:
+            log.warning(
+                "schedule %r: %d missed boundaries skipped (at most %d are caught up)",
+                schedule.name, plan.skipped, len(plan.fire_at),
+            )  # fmt: skip
+        queue_opts = store._declared_queue_opts(schedule.queue)
+        stamp = stamp_job(queue_opts, schedule.opts.as_enqueue_opts())
+        advances = [*plan.fire_at[1:], plan.next_fire_at]
+        for boundary, advance_to in zip(plan.fire_at, advances, strict=True):
+            fired = store._fire_boundary(lock, schedule, boundary, advance_to, stamp)
+            if fired is Fired.NOT_LEADER:
+                raise LeadershipLost(f"{lock.owner!r} no longer holds {SCHEDULER_LOCK!r}")
+            if fired is Fired.SCHEDULE_CHANGED:
+                break  # re-read next round
+    until_next = store._until_next_fire()
+    return None if until_next is None else time.time() + until_next
 
 
 _STOP_CHECK_S = 0.25

@@ -1,21 +1,16 @@
-"""What the long-running runners share: their stats, calling a handler that
-may be a coroutine function from a plain thread, and riding out an outage."""
+"""Riding out a database outage: one warning per outage, jittered backoff, one
+info when it is over. Every long-running runner reports its calls to one."""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import logging
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 
 from alkstore._backoff import backoff_ceiling
 
-__all__ = ["OUTAGE_MAX_PAUSE_S", "Outage", "RunStats", "call_to_completion"]
+__all__ = ["OUTAGE_MAX_PAUSE_S", "Outage"]
 
 OUTAGE_MAX_PAUSE_S = 3.0
 """The longest a runner waits between two tries while the database fails."""
@@ -24,44 +19,6 @@ _OUTAGE_FIRST_PAUSE_S = 0.1
 _STEADY_S = 5.0
 """How long the database must answer before an outage counts as over: a
 failure sooner (a stale pooled connection, a flapping server) is the same outage."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunStats:
-    """What a :class:`Worker` or :class:`~alkstore.Consumer` has done since it started."""
-
-    succeeded: int
-    """Handler returned and the job was acked (or the event's offset saved)."""
-    failed: int
-    """Handler raised: the job was retried or dead-lettered (the event is retried)."""
-    released: int
-    """Given back unfinished at shutdown, for another worker."""
-    lost: int
-    """The settling call found the claim gone (lapsed, or settled by the handler itself)."""
-    in_flight: int
-    """Claimed and not yet settled, right now."""
-    elapsed_s: float
-
-    @property
-    def handled(self) -> int:
-        """Handler runs that finished, whatever their outcome."""
-        return self.succeeded + self.failed + self.lost
-
-    @property
-    def rate(self) -> float:
-        """Handled jobs per second since the start."""
-        return self.handled / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-
-def call_to_completion(handler: Callable[..., Any], *args: Any) -> None:
-    """Call ``handler``; if it returns an awaitable, run it on a fresh event loop."""
-    result = handler(*args)
-    if inspect.isawaitable(result):
-        asyncio.run(_awaited(result))
-
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
 
 
 class Outage:

@@ -30,10 +30,10 @@ from alkstore._cli._common import (
 )
 from alkstore._cli._output import Progress, clip
 from alkstore._errors import Database, LeadershipLost
-from alkstore._running import Outage
+from alkstore._outage import Outage
 from alkstore._signals import stop_on_signals
 from alkstore._store import StopSignal, default_owner
-from alkstore._stream import EventReceiver, Stream
+from alkstore._stream import EventReceiver, Stream, follow
 from alkstore._values import StreamEvent
 from alkstore._worker import Worker
 
@@ -178,9 +178,7 @@ class _TailReceiver:
         try:
             if self._receiver is None or self._receiver.closed:
                 self.close()
-                self._receiver = EventReceiver(
-                    self._stream, "(tail)", self._stream._watch(), self._after
-                )
+                self._receiver = follow(self._stream, self._after, "(tail)")
             event = self._receiver.recv(timeout)
         except Database as exc:
             self._stop.wait(self._outage.failed(f"reading {self._stream.name!r}", exc))
