@@ -92,7 +92,11 @@ class Job(HasPayload):
             delay = backoff_delay(self._backoff_base_s, max(self.attempts, 1))
         else:
             delay = check_duration(delay_s, "delay_s", zero_ok=True)
-        return not self._released and self._queue._retry_job(self, describe_error(error), delay)
+        if self._released:
+            return False
+        if self.attempts >= self.max_attempts:  # the claim's attempts are the row's: fenced
+            return self._queue._fail_job(self, describe_error(error))
+        return self._queue._retry_job(self, describe_error(error), delay)
 
     def fail(self, error: str | BaseException) -> bool:
         """Move the job to dead letters now, recording ``error``. False if the claim was lost."""

@@ -193,8 +193,9 @@ class Queue(abc.ABC):
 
     @abc.abstractmethod
     def _retry_job(self, job: Job, error: str, delay_s: float) -> bool:
-        """Release the job to run after ``delay_s`` (or dead-letter it when out of
-        attempts), recording ``error``, if ``job``'s claim still holds."""
+        """Release the job to run after ``delay_s``, recording ``error``, if ``job``'s
+        claim still holds. Core calls it only while the job has attempts left (it
+        dead-letters the last one through ``_fail_job``)."""
 
     @abc.abstractmethod
     def _fail_job(self, job: Job, error: str) -> bool:
