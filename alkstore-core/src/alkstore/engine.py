@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from alkstore._backoff import backoff_ceiling
 from alkstore._capabilities import Capabilities
 from alkstore._codec import decode
+from alkstore._commit_cursor import CommitCursor
 from alkstore._contract import CONTRACT_VERSION
 from alkstore._discovery import LIBPQ_KEYWORDS, load_engine, redact
 from alkstore._engine_settings import settings_from_options
@@ -41,6 +42,7 @@ from alkstore._job import Job
 from alkstore._lock import Lock
 from alkstore._names import SCHEDULES_WAKE_KEY, queue_wake_key, stream_wake_key
 from alkstore._options import option_seconds
+from alkstore._polling import PollingWatcher, WakeSource
 from alkstore._queue import EXPIRED, LAPSED_ON_LAST_ATTEMPT, Queue
 from alkstore._receivers import BufferedWakeReceiver, WakeReceiver
 from alkstore._scheduler import DueSchedule, DueSchedules, Fired
@@ -57,6 +59,7 @@ __all__ = [
     "SCHEDULES_WAKE_KEY",
     "BufferedWakeReceiver",
     "Capabilities",
+    "CommitCursor",
     "DueSchedule",
     "DueSchedules",
     "Engine",
@@ -66,6 +69,7 @@ __all__ = [
     "JobStamp",
     "Lock",
     "PlacedSchedule",
+    "PollingWatcher",
     "Queue",
     "Store",
     "StoreTarget",
@@ -74,6 +78,7 @@ __all__ = [
     "TxHandle",
     "WakeFanout",
     "WakeReceiver",
+    "WakeSource",
     "backoff_ceiling",
     "decode",
     "load_engine",
