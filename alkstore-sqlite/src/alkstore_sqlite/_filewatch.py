@@ -30,7 +30,8 @@ _IN_CLOEXEC = 0o2000000
 
 class FolderWaiter:
     """``wait(timeout)`` returns when a file in ``folder`` is written, created,
-    moved or deleted, on ``poke``, or when ``timeout`` passes."""
+    moved or deleted, on ``poke``, or when ``timeout`` passes: the waiter of
+    core's ``PollingWatcher`` for the SQLite engine."""
 
     def __init__(self, folder: str) -> None:
         self._poke_read, self._poke_write = os.pipe()
@@ -43,8 +44,8 @@ class FolderWaiter:
         self._closed = False
 
     @property
-    def notified_by_the_kernel(self) -> bool:
-        """True when file changes wake :meth:`wait` (inotify), not only its timeout."""
+    def event_driven(self) -> bool:
+        """True when file changes wake :meth:`wait` (inotify), not only pokes and its timeout."""
         return self._inotify is not None
 
     def wait(self, timeout: float) -> bool:

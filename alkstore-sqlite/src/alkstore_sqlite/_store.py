@@ -36,7 +36,7 @@ from alkstore_sqlite._schema import SchemaError, migrate
 from alkstore_sqlite._settings import Settings
 from alkstore_sqlite._stream import SQLiteStream
 from alkstore_sqlite._tx import SQLiteTx
-from alkstore_sqlite._watcher import Watcher
+from alkstore_sqlite._wakes import Watcher
 
 __all__ = ["SQLiteStore"]
 

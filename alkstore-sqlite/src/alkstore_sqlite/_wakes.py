@@ -1,0 +1,202 @@
+"""The wake watcher: core's polling watcher, reading one SQLite file.
+
+It reads ``PRAGMA data_version`` on a connection of its own (which never
+writes, so every commit by any other connection, in any process, changes it)
+each time the database's folder changes (inotify, on Linux) and at least
+every ``watch_interval_s`` (every poll, where inotify is missing).
+After a change it reads what is new — notices, stream events, job rows — with
+indexed range queries, and wakes the receivers of exactly those channels.
+SQLite has one writer at a time, so ids are committed in the order they are
+handed out and "everything after the last id read" misses none.
+Local commits poke it so it need not wait for the next poll.
+
+A file that is locked when the watcher reads it (``database is locked``: a
+process in exclusive locking mode, another process's WAL recovery or its
+last-connection cleanup) is an outage, not a death (core's watcher waits it
+out). The file deleted or replaced (a restore from backup swaps the file
+under the open store, and the watcher would keep reading the old one) kills
+it with :class:`WatchedFileChanged`, as do an unreadable file and altered
+tables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sqlite3
+
+from alkstore import Database
+from alkstore.engine import PollingWatcher, WakeSource, queue_wake_key, stream_wake_key
+from alkstore_sqlite import _sql
+from alkstore_sqlite._filewatch import FolderWaiter
+from alkstore_sqlite._pool import connect
+from alkstore_sqlite._settings import Settings
+
+__all__ = ["WatchedFileChanged", "Watcher"]
+
+log = logging.getLogger("alkstore.sqlite")
+
+# The watcher's own connection gives up on a lock after this long, whatever the
+# store's busy timeout: SQLite's busy wait cannot be interrupted, and close()
+# must not sit in it. The watcher waits out a longer lock itself, between reads.
+_READ_BUSY_S = 0.1
+_SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # primary result codes
+
+
+class WatchedFileChanged(Database):
+    """The database file was deleted or replaced under the open store."""
+
+
+class Watcher(PollingWatcher):
+    """Fans commits to the file out to wake receivers; started by the first subscriber."""
+
+    def __init__(self, path: str, settings: Settings) -> None:
+        super().__init__(
+            _FileSource(path, settings),
+            target=path,
+            log=log,
+            interval_s=settings.watch_interval_s,
+            start_timeout_s=settings.busy_timeout_s,
+            reads="the file",
+        )
+
+
+class _FileSource(WakeSource):
+    """The file at one path, read by a connection of the watcher's own."""
+
+    def __init__(self, path: str, settings: Settings) -> None:
+        self._path = path
+        self._settings = dataclasses.replace(
+            settings, busy_timeout_s=min(settings.busy_timeout_s, _READ_BUSY_S)
+        )
+        self._identity: tuple[int, int] | None = None
+        self._reader: _Reader | None = None
+
+    def waiter(self) -> FolderWaiter:
+        return FolderWaiter(os.path.dirname(self._path))
+
+    def open(self) -> None:
+        """Raises:
+        WatchedFileChanged: there is no file at the path.
+        Database: the file could not be opened (the driver's error chained).
+        sqlite3.Error: the starting point could not be read.
+        """
+        if self._identity is None:
+            # Identity first: a swap after this moment is seen at the first look,
+            # whichever file the connection then opens.
+            self._identity = _identity(self._path)
+        self._reader = _Reader.open(self._path, self._identity, self._settings)
+
+    def look(self) -> set[str]:
+        reader = self._reader
+        assert reader is not None, "look() before open()"
+        return reader.changes()
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.connection.close()
+
+    def transient(self, error: Exception) -> sqlite3.OperationalError | None:
+        """The SQLITE_BUSY or SQLITE_LOCKED error in ``error`` or its cause: someone
+        holds a lock, the file itself is fine."""
+        for candidate in (error, error.__cause__):
+            if isinstance(candidate, sqlite3.OperationalError) and _is_lock(candidate):
+                return candidate
+        return None
+
+
+class _Reader:
+    """The watcher's connection to the file of one identity, with the data
+    version and the newest notice, event and job ids it has looked at."""
+
+    def __init__(
+        self,
+        connection: sqlite3.Connection,
+        path: str,
+        identity: tuple[int, int],
+        version: int,
+        newest: tuple[int, int, int],
+    ) -> None:
+        self.connection = connection
+        self.path = path
+        self.identity = identity
+        self.version = version
+        self.notice, self.event, self.job = newest
+
+    @classmethod
+    def open(cls, path: str, identity: tuple[int, int], settings: Settings) -> _Reader:
+        """Connect and read the starting point.
+
+        Raises:
+            Database: the file could not be opened (the driver's error chained).
+            sqlite3.Error: the starting point could not be read.
+        """
+        connection = connect(path, settings)
+        try:
+            newest = connection.execute(_sql.MAX_IDS).fetchone()
+            return cls(connection, path, identity, _data_version(connection), newest)
+        except BaseException:
+            connection.close()
+            raise
+
+    def changes(self) -> set[str]:
+        """Keys touched by rows newer than those seen; moves past them once all are read.
+
+        Raises:
+            WatchedFileChanged: the path no longer leads to the file being read.
+            sqlite3.Error: a read failed; nothing was moved past, so the
+                next look reads the same rows again.
+        """
+        if _identity(self.path) != self.identity:
+            raise WatchedFileChanged(
+                f"{self.path!r} was replaced by another file while the store had it open "
+                "(as a restore from backup does); the store still reads the old one: "
+                "reopen the store"
+            )
+        connection = self.connection
+        version = _data_version(connection)
+        if version == self.version:
+            return set()
+        keys: set[str] = set()
+        notice, event, job = self.notice, self.event, self.job
+        for notice_id, channel in connection.execute(_sql.NEW_NOTICES, (notice,)):
+            notice = notice_id
+            keys.add(channel)
+        for event_id, stream in connection.execute(_sql.NEW_EVENTS, (event,)):
+            event = max(event, event_id)
+            keys.add(stream_wake_key(stream))
+        for job_id, queue in connection.execute(_sql.NEW_JOBS, (job,)):
+            job = max(job, job_id)
+            keys.add(queue_wake_key(queue))
+        self.version, self.notice, self.event, self.job = version, notice, event, job
+        return keys
+
+
+def _is_lock(error: sqlite3.OperationalError) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    message = str(error)
+    return "locked" in message or "busy" in message
+
+
+def _identity(path: str) -> tuple[int, int]:
+    """The ``(device, inode)`` of the file at ``path``.
+
+    Raises:
+        WatchedFileChanged: there is no file at ``path`` any more.
+    """
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise WatchedFileChanged(
+            f"{path!r} is gone (deleted or moved away) while the store had it open; "
+            "reopen the store"
+        ) from None
+    return status.st_dev, status.st_ino
+
+
+def _data_version(connection: sqlite3.Connection) -> int:
+    version: int = connection.execute("PRAGMA data_version").fetchone()[0]
+    return version
