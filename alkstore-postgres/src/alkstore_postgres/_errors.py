@@ -2,25 +2,68 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 import psycopg
 import psycopg_pool
 
 from alkstore import Database
 
-__all__ = ["reason", "translate"]
+__all__ = ["connect_errors", "reason", "translate"]
 
 
-@contextmanager
-def translate(action: str) -> Iterator[None]:
-    """Re-raise psycopg errors met while doing ``action`` as ``Database``, cause chained."""
-    try:
-        yield
-    except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise Database(f"{action} failed: {message}") from exc
+class translate:  # noqa: N801 - used like the function it replaces: `with translate(...)`
+    """Re-raise psycopg errors met while doing ``action`` as ``Database``, cause chained.
+
+    A class rather than a generator-based context manager: it wraps every
+    statement, and entering it must cost next to nothing.
+    """
+
+    __slots__ = ("action",)
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, (psycopg.Error, psycopg_pool.PoolTimeout)):
+            raise Database(f"{self.action} failed: {_first_line(exc)}") from exc
+
+
+class connect_errors:  # noqa: N801 - a context manager, like translate
+    """Re-raise psycopg errors met while connecting as ``Database`` naming
+    ``address`` (the parsed target's, never the DSN: no password) and libpq's reason."""
+
+    __slots__ = ("address",)
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, (psycopg.Error, psycopg_pool.PoolTimeout)):
+            raise Database(
+                f"cannot connect to PostgreSQL at {self.address}: {reason(exc)}"
+            ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def reason(exc: BaseException) -> str:

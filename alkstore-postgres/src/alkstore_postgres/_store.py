@@ -12,10 +12,9 @@ import psycopg
 import psycopg_pool
 from psycopg import sql
 
-from alkstore import Database, QueueOpts, Schedule, ScheduleOpts
+from alkstore import Closed, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import (
     SCHEDULES_WAKE_KEY,
-    BufferedWakeReceiver,
     DueSchedule,
     DueSchedules,
     Fired,
@@ -29,10 +28,9 @@ from alkstore.engine import (
     place_schedule,
 )
 from alkstore_postgres._capabilities import CAPABILITIES
-from alkstore_postgres._errors import reason, translate
+from alkstore_postgres._errors import connect_errors, translate
 from alkstore_postgres._inspect import PostgresInspector
 from alkstore_postgres._job_buffer import JobIds
-from alkstore_postgres._listener import Listener, notify_payload
 from alkstore_postgres._lock import PostgresLock, acquire
 from alkstore_postgres._names import channel_identifier, stored
 from alkstore_postgres._pool_log import pool_name, quiet_pool_noise
@@ -43,6 +41,7 @@ from alkstore_postgres._settings import Settings
 from alkstore_postgres._sql import Statements
 from alkstore_postgres._stream import PostgresStream
 from alkstore_postgres._tx import PostgresTx
+from alkstore_postgres._wakes import Listener, notify_payload
 
 __all__ = ["PostgresStore"]
 
@@ -61,7 +60,6 @@ class PostgresStore(Store):
         self.job_ids = JobIds(self.sql.reserve_job_ids)
         """Job ids reserved for enqueues in transactions (see ``_job_buffer``)."""
         self._conninfo = conninfo
-        self._address = address
         self._connect_kwargs: dict[str, Any] = {
             "autocommit": True,
             # libpq takes whole seconds, and 0 would mean no timeout at all
@@ -71,7 +69,7 @@ class PostgresStore(Store):
         # (as a parameter, or in options=-c..., which the fallback would override).
         if "application_name" not in conninfo:
             self._connect_kwargs["fallback_application_name"] = "alkstore"
-        with _connect_errors(address):
+        with connect_errors(address):
             first = psycopg.connect(conninfo, **self._connect_kwargs)
         try:
             with translate(f"preparing schema {settings.schema!r}"):
@@ -88,7 +86,7 @@ class PostgresStore(Store):
             timeout=settings.connect_timeout_s,
             open=False,
         )
-        with _connect_errors(address):
+        with connect_errors(address):
             self.pool.open(wait=True, timeout=settings.connect_timeout_s)
         self._listener = Listener(self._listener_connection, settings.schema, address)
 
@@ -108,19 +106,23 @@ class PostgresStore(Store):
         Raises:
             Database: the listener connection is down.
         """
-        self._check_open()
+        self._refuse_if_closed()
         return self._listener.server_channels()
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
         """A pooled connection (autocommit) for the block, checked as ``_checkout`` does."""
-        self._check_open()
+        self._refuse_if_closed()
         connection = self._checkout()
         try:
             with connection:  # a pooled connection's block ends without closing it
                 yield connection
         finally:
             self.pool.putconn(connection)
+
+    def _refuse_if_closed(self) -> None:
+        if self.closed:
+            raise Closed(f"{self!r} is closed")
 
     def _checkout(self) -> psycopg.Connection:
         """A pooled connection the server has not closed while it sat in the pool.
@@ -146,10 +148,6 @@ class PostgresStore(Store):
         """A pooled connection inside a transaction, committed at the end of the block."""
         with self.connection() as connection, connection.transaction():
             yield connection
-
-    def subscribe(self, key: str) -> BufferedWakeReceiver:
-        self._check_open()
-        return self._listener.subscribe(key)
 
     def wake_params(
         self, key: str, channel: str = "channel", payload: str = "key"
@@ -183,7 +181,7 @@ class PostgresStore(Store):
             connection.execute(self.sql.notify, self.notify_params(channel))
 
     def _watch(self, key: str) -> WakeReceiver:
-        return self.subscribe(key)
+        return self._listener.subscribe(key)
 
     def _stream(self, name: str) -> PostgresStream:
         return PostgresStream(self, name)
@@ -270,14 +268,6 @@ class PostgresStore(Store):
             if connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                 connection.execute("BEGIN")
         return PostgresTx(self, connection, None)
-
-
-@contextlib.contextmanager
-def _connect_errors(address: str) -> Iterator[None]:
-    try:
-        yield
-    except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-        raise Database(f"cannot connect to PostgreSQL at {address}: {reason(exc)}") from exc
 
 
 def _still_connected(connection: psycopg.Connection) -> bool:

@@ -24,13 +24,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg import sql
 
 from alkstore import RECONNECT_CHANNEL, Closed, Database, Wake
 from alkstore.engine import BufferedWakeReceiver, WakeFanout
 from alkstore_postgres._errors import reason
 from alkstore_postgres._names import channel_identifier, stored, unstored
 
-__all__ = ["Listener", "key_of", "notify_payload"]
+__all__ = ["Listener", "notify_payload", "payload_key"]
 
 log = logging.getLogger("alkstore.postgres")
 
@@ -38,6 +39,8 @@ _BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 _STATEMENTS_PER_ROUND_TRIP = 1000
 _NOTIFY_TAG = "\\#"  # no stored key starts so: ``stored`` doubles every backslash
 _notify_serial = itertools.count(1)
+_LISTEN = sql.SQL("LISTEN {}")
+_UNLISTEN = sql.SQL("UNLISTEN {}")
 
 
 def notify_payload(key: str) -> str:
@@ -49,7 +52,7 @@ def notify_payload(key: str) -> str:
     return f"{_NOTIFY_TAG}{next(_notify_serial)}:{stored(key)}"
 
 
-def key_of(payload: str) -> str:
+def payload_key(payload: str) -> str:
     """The key a notification's payload names, exactly: the inverse of
     :func:`notify_payload`, and of ``stored`` for the engine's own wakes."""
     if payload.startswith(_NOTIFY_TAG):
@@ -252,12 +255,14 @@ class Listener:
     def _reconnect(self, again: bool) -> psycopg.Connection:
         connection = self._connect()
         # Notifications that arrive while a statement runs reach the handler, not _dispatch.
-        connection.add_notify_handler(lambda notice: self._fanout.deliver([key_of(notice.payload)]))
+        connection.add_notify_handler(
+            lambda notice: self._fanout.deliver([payload_key(notice.payload)])
+        )
         with self._lock:
             self._listening = set()  # subscribers from now on wait for their LISTEN
             wanted = sorted(identifier for identifier, n in self._users.items() if n)
         try:
-            _run_all(connection, (f'LISTEN "{identifier}"' for identifier in wanted))
+            _run_all(connection, (_listen(identifier) for identifier in wanted))
         except BaseException:
             with contextlib.suppress(psycopg.Error):
                 connection.close()
@@ -291,7 +296,7 @@ class Listener:
         connection still releases their callers (channels are listened to again
         on reconnect)."""
         commands = self._take_commands()
-        statements: list[str] = []
+        statements: list[sql.Composable] = []
         joining: set[str] = set()
         try:
             for command in commands:
@@ -307,7 +312,7 @@ class Listener:
                 if command.done is not None:
                     command.done.set()
 
-    def _statement_for(self, command: _Command, joining: set[str]) -> str | None:
+    def _statement_for(self, command: _Command, joining: set[str]) -> sql.Composable | None:
         """LISTEN or UNLISTEN for ``command``, if the channel needs it now.
 
         A channel counts as listened (``_listening``) only once its LISTEN ran,
@@ -322,15 +327,15 @@ class Listener:
                 if listened:
                     return None
                 joining.add(identifier)
-                return f'LISTEN "{identifier}"'
+                return _listen(identifier)
             if not listened or self._users.get(identifier):
                 return None  # never listened, or a receiver came back since the close
             self._listening.discard(identifier)
             joining.discard(identifier)
-            return f'UNLISTEN "{identifier}"'
+            return _UNLISTEN.format(sql.Identifier(identifier))
 
     def _send(
-        self, connection: psycopg.Connection, statements: list[str], joining: set[str]
+        self, connection: psycopg.Connection, statements: list[sql.Composable], joining: set[str]
     ) -> None:
         _run_all(connection, statements)
         statements.clear()
@@ -357,13 +362,17 @@ class Listener:
     def _dispatch(self, connection: psycopg.Connection) -> None:
         keys = []
         while (notice := connection.pgconn.notifies()) is not None:
-            keys.append(key_of(notice.extra.decode()))
+            keys.append(payload_key(notice.extra.decode()))
         if keys:
             self._fanout.deliver(keys)
 
 
-def _run_all(connection: psycopg.Connection, statements: Iterable[str]) -> None:
+def _listen(identifier: str) -> sql.Composable:
+    return _LISTEN.format(sql.Identifier(identifier))
+
+
+def _run_all(connection: psycopg.Connection, statements: Iterable[sql.Composable]) -> None:
     """Run parameterless statements, up to a thousand per round trip."""
     pending = iter(statements)
     while batch := list(itertools.islice(pending, _STATEMENTS_PER_ROUND_TRIP)):
-        connection.execute("; ".join(batch))
+        connection.execute(sql.SQL("; ").join(batch))
