@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 
@@ -9,7 +10,7 @@ from alkstore import Closed
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._settings import Settings
 
-__all__ = ["ConnectionPool", "connect"]
+__all__ = ["ConnectionPool", "begin", "connect", "transaction"]
 
 _MAX_IDLE = 8
 
@@ -36,6 +37,40 @@ def connect(path: str, settings: Settings) -> sqlite3.Connection:
             connection.close()
             raise
     return connection
+
+
+def begin(connection: sqlite3.Connection) -> None:
+    """Begin a write transaction: it takes the write lock now (waiting up to the
+    busy timeout), so it never fails later on upgrading a read lock."""
+    connection.execute("BEGIN IMMEDIATE")
+
+
+class transaction:  # noqa: N801 - used like psycopg's `with connection.transaction()`
+    """``with transaction(connection)``: the block in a write transaction on a
+    connection the caller holds, committed at its end, rolled back if it raises.
+
+    A class rather than a generator-based context manager: claims enter it.
+    A rollback that fails leaves the connection in its transaction; the
+    pool's ``release`` then closes it rather than keep it.
+    """
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self._connection = connection
+
+    def __enter__(self) -> sqlite3.Connection:
+        begin(self._connection)
+        return self._connection
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        try:
+            if exc_type is None:
+                self._connection.execute("COMMIT")
+        finally:
+            if self._connection.in_transaction:  # the block raised, or COMMIT did
+                with contextlib.suppress(sqlite3.Error):
+                    self._connection.execute("ROLLBACK")
 
 
 class ConnectionPool:

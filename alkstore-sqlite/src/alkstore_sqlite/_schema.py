@@ -1,6 +1,6 @@
 """The engine's tables (all named ``__alkstore_*``) and their versioned migrations.
 
-Migrations run on open inside ``BEGIN IMMEDIATE``, so processes opening a new
+Migrations run on open inside one write transaction, so processes opening a new
 file at the same time serialise and each finds the schema either absent (and
 creates it) or current. The version lives in ``__alkstore_meta``, never in
 ``PRAGMA user_version``, which belongs to the application sharing the file.
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+
+from alkstore_sqlite._pool import transaction
 
 __all__ = ["SCHEMA_VERSION", "SchemaError", "migrate"]
 
@@ -135,8 +137,7 @@ def migrate(connection: sqlite3.Connection) -> int:
             stored version is not one this engine wrote, or an engine table
             or column is missing or foreign (each named).
     """
-    connection.execute("BEGIN IMMEDIATE")
-    try:
+    with transaction(connection):
         connection.execute(_META)
         found = _stored_version(connection)
         if found == 0 and _shape(connection).keys() - {"__alkstore_meta"}:
@@ -153,10 +154,6 @@ def migrate(connection: sqlite3.Connection) -> int:
             (str(SCHEMA_VERSION),),
         )
         _verify_shape(_shape(connection))
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
     return found
 
 
