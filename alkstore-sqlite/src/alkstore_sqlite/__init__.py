@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from alkstore.engine import Engine, TestProvider
+from alkstore_sqlite._capabilities import CAPABILITIES
 from alkstore_sqlite._settings import Settings, parse_target
-from alkstore_sqlite._store import CAPABILITIES, SQLiteStore
+from alkstore_sqlite._store import SQLiteStore
 
 __all__ = ["SQLiteEngine", "SQLiteStore", "Settings"]
 

@@ -12,7 +12,6 @@ from typing import Any
 from alkstore import Database, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import (
     SCHEDULES_WAKE_KEY,
-    Capabilities,
     DueSchedule,
     DueSchedules,
     Fired,
@@ -26,6 +25,7 @@ from alkstore.engine import (
     place_schedule,
 )
 from alkstore_sqlite import _sql
+from alkstore_sqlite._capabilities import CAPABILITIES
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._inspect import SQLiteInspector
 from alkstore_sqlite._lock import SQLiteLock, acquire
@@ -39,8 +39,6 @@ from alkstore_sqlite._tx import SQLiteTx
 from alkstore_sqlite._wakes import Watcher
 
 __all__ = ["SQLiteStore"]
-
-CAPABILITIES = Capabilities(notify_payload_limit=None, wakes_coalesce=True, reconnect_wakes=False)
 
 _NOTICE_HORIZON_S = 600.0  # notices older than this are pruned; watchers read them in ms
 _PRUNE_EVERY = 256
