@@ -12,9 +12,10 @@ from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import alkstore
-from alkstore_postgres._store import PostgresStore
+from alkstore_postgres import PostgresStore
 from alkstore_postgres._throwaway import ThrowawayServer, throwaway_cluster
 
 OpenStore = Callable[..., PostgresStore]
@@ -39,7 +40,7 @@ def schema(dsn: str) -> Iterator[str]:
     name = f"alkstore_pgtest_{uuid.uuid4().hex[:12]}"
     yield name
     with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+        connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
 @pytest.fixture

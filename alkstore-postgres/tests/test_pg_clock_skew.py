@@ -17,8 +17,8 @@ import pytest
 
 import alkstore
 from alkstore import QueueOpts
+from alkstore_postgres import PostgresStore
 from alkstore_postgres._queue import PostgresQueue
-from alkstore_postgres._store import PostgresStore
 
 OpenStore = Callable[..., PostgresStore]
 

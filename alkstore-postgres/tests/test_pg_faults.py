@@ -18,7 +18,7 @@ import pytest
 
 import alkstore
 from alkstore import RECONNECT_CHANNEL, QueueOpts, Wake
-from alkstore_postgres._store import PostgresStore
+from alkstore_postgres import PostgresStore
 
 
 @pytest.fixture

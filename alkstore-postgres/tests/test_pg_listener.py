@@ -14,8 +14,8 @@ import pytest
 
 import alkstore
 from alkstore import RECONNECT_CHANNEL, Wake
+from alkstore_postgres import PostgresStore
 from alkstore_postgres._names import channel_identifier
-from alkstore_postgres._store import PostgresStore
 from alkstore_postgres._throwaway import ThrowawayServer
 
 OpenStore = Callable[..., PostgresStore]

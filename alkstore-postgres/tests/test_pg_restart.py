@@ -7,7 +7,7 @@ import contextlib
 
 import alkstore
 from alkstore import RECONNECT_CHANNEL, Wake
-from alkstore_postgres._store import PostgresStore
+from alkstore_postgres import PostgresStore
 from alkstore_postgres._throwaway import ThrowawayServer
 
 

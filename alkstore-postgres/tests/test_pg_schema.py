@@ -16,8 +16,8 @@ import pytest
 from psycopg import sql
 
 import alkstore
+from alkstore_postgres import PostgresStore
 from alkstore_postgres._names import stored
-from alkstore_postgres._store import PostgresStore
 
 OpenStore = Callable[..., PostgresStore]
 

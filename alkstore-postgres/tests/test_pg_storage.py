@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -11,10 +12,11 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import alkstore
 from alkstore import Wake
-from alkstore_postgres._store import PostgresStore
+from alkstore_postgres import PostgresStore
 
 OpenStore = Callable[..., PostgresStore]
 
@@ -51,17 +53,46 @@ def test_schemas_isolate_stores_and_the_schema_may_come_from_the_dsn(dsn: str, s
         one.close()
         other.close()
         with psycopg.connect(dsn, autocommit=True) as connection:
-            connection.execute(f'DROP SCHEMA IF EXISTS "{schema}_other" CASCADE')
+            connection.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
+                    sql.Identifier(f"{schema}_other")
+                )
+            )
+
+
+_SCHEMA_RULE = "schema must be a non-empty name of at most 63 bytes, without NUL"
 
 
 @pytest.mark.parametrize(
-    ("options", "error"),
-    [({"schema": ""}, ValueError), ({"pool_max_size": 0}, ValueError), ({"colour": 1}, TypeError)],
+    ("options", "error", "message"),
+    [
+        ({"schema": ""}, ValueError, _SCHEMA_RULE),
+        ({"schema": "é" * 32}, ValueError, _SCHEMA_RULE),  # 64 bytes
+        ({"schema": "a\x00b"}, ValueError, _SCHEMA_RULE),
+        ({"schema": 7}, ValueError, _SCHEMA_RULE),
+        ({"pool_max_size": 0}, ValueError, "pool_max_size must be an int from 1 to 1000, got 0"),
+        ({"pool_min_size": 1001}, ValueError, "pool_min_size must be an int from 1 to 1000"),
+        ({"pool_min_size": True}, ValueError, "pool_min_size must be an int from 1 to 1000"),
+        ({"pool_max_size": "3x"}, ValueError, "pool_max_size must be an int from 1 to 1000"),
+        (
+            {"pool_min_size": 5, "pool_max_size": 2},
+            ValueError,
+            "pool_min_size must not exceed pool_max_size",
+        ),
+        ({"connect_timeout_s": 0}, ValueError, "connect_timeout_s must be more than 0"),
+        ({"scheduler_lease_s": "soon"}, ValueError, "scheduler_lease_s must be a number"),
+        (
+            {"colour": 1},
+            TypeError,
+            "the postgres engine has no option 'colour' (it knows: connect_timeout_s, "
+            "pool_max_size, pool_min_size, scheduler_lease_s, schema)",
+        ),
+    ],
 )
 def test_bad_options_are_refused_by_name(
-    dsn: str, options: dict[str, object], error: type[Exception]
+    dsn: str, options: dict[str, object], error: type[Exception], message: str
 ) -> None:
-    with pytest.raises(error, match=next(iter(options))):
+    with pytest.raises(error, match=re.escape(message)):
         alkstore.open(dsn, **options)
 
 
@@ -106,16 +137,16 @@ def test_any_channel_name_maps_to_a_listen_channel(store: PostgresStore, channel
 def test_adopt_tx_writes_through_the_callers_connection_in_its_transaction(
     dsn: str, store: PostgresStore
 ) -> None:
-    schema = store.settings.schema
+    orders = sql.Identifier(store.settings.schema, "orders")
     with psycopg.connect(dsn) as connection:  # not autocommit: psycopg opens a transaction
-        connection.execute(f'CREATE TABLE "{schema}".orders (id int)')
+        connection.execute(sql.SQL("CREATE TABLE {} (id int)").format(orders))
         connection.commit()
-        connection.execute(f'INSERT INTO "{schema}".orders VALUES (1)')
+        connection.execute(sql.SQL("INSERT INTO {} VALUES (1)").format(orders))
         job_id = store.adopt_tx(connection).enqueue_tx("emails", None, {"order": 1})
         assert store.queue("emails").get_job(job_id) is None
         connection.rollback()
         assert store.queue("emails").get_job(job_id) is None
-        connection.execute(f'INSERT INTO "{schema}".orders VALUES (2)')
+        connection.execute(sql.SQL("INSERT INTO {} VALUES (2)").format(orders))
         job_id = store.adopt_tx(connection).enqueue_tx("emails", None, {"order": 2})
         connection.commit()
     info = store.queue("emails").get_job(job_id)
@@ -128,7 +159,7 @@ def test_adopt_tx_refuses_what_is_not_the_stores_database(store: PostgresStore, 
         store.adopt_tx(object())
     other_database = f"alkstore_adopt_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{other_database}"')
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(other_database)))
     try:
         other_dsn = psycopg.conninfo.make_conninfo(dsn, dbname=other_database)
         with (
@@ -138,7 +169,9 @@ def test_adopt_tx_refuses_what_is_not_the_stores_database(store: PostgresStore, 
             store.adopt_tx(connection)
     finally:
         with psycopg.connect(dsn, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{other_database}"')
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(other_database))
+            )
 
 
 def test_libpq_options_in_the_dsn_reach_the_server_intact(dsn: str, schema: str) -> None:

@@ -15,9 +15,8 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 import alkstore
-from alkstore_postgres import PostgresEngine
+from alkstore_postgres import PostgresEngine, PostgresStore, Settings
 from alkstore_postgres._settings import parse_target
-from alkstore_postgres._store import PostgresStore
 
 PASSWORD = "s3cret-pass"
 
@@ -120,6 +119,18 @@ def test_a_url_without_a_host_uses_libpqs_environment(
     _works(store)
     assert _connected_host(store) == server.socket_dir
     assert store.location.startswith(f"PostgreSQL at {server.socket_dir}/.s.PGSQL.")
+
+
+def test_engine_options_in_a_url_are_text_converted_and_checked_as_keywords_are() -> None:
+    url = "postgresql://app@db.example/shop?schema=tenant&pool_min_size=2&pool_max_size=2"
+    _, options, _ = parse_target(url + "&connect_timeout_s=2.5")
+    assert Settings.from_options(options) == Settings(
+        schema="tenant", pool_min_size=2, pool_max_size=2, connect_timeout_s=2.5
+    )
+    with pytest.raises(ValueError, match="pool_max_size must be an int from 1 to 1000"):
+        PostgresEngine().open(url.replace("pool_max_size=2", "pool_max_size=many"))
+    with pytest.raises(ValueError, match="pool_min_size must not exceed pool_max_size"):
+        PostgresEngine().open(url, pool_max_size=1)
 
 
 def test_engine_options_leave_the_query_and_libpqs_parameters_as_written(

@@ -9,20 +9,22 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
+from psycopg import sql
 
 import alkstore
-from alkstore_postgres._store import PostgresStore
+from alkstore_postgres import PostgresStore
 
 OpenStore = Callable[..., PostgresStore]
 
 
-def _jobs_table(store: PostgresStore) -> str:
-    return f'"{store.settings.schema}".jobs'
+def _table(store: PostgresStore, name: str) -> str:
+    """The store's table ``name``, quoted, for statements written as text."""
+    return sql.Identifier(store.settings.schema, name).as_string(None)
 
 
 def _count(store: PostgresStore) -> int:
     with store.connection() as connection:
-        found = connection.execute(f"SELECT count(*) FROM {_jobs_table(store)}").fetchone()
+        found = connection.execute(f"SELECT count(*) FROM {_table(store, 'jobs')}").fetchone()
     assert found is not None
     return int(found[0])
 
@@ -31,14 +33,14 @@ def test_statements_in_a_transaction_see_its_held_enqueues_in_order(store: Postg
     with store.transaction() as tx:
         first = tx.enqueue_tx("q", None, "a")
         second = tx.enqueue_tx("q", None, "b")
-        assert tx.execute(f"SELECT id FROM {_jobs_table(store)} ORDER BY id") == [
+        assert tx.execute(f"SELECT id FROM {_table(store, 'jobs')} ORDER BY id") == [
             (first,),
             (second,),
         ]
         third = tx.enqueue_tx("q", None, "c")
         connection = tx.connection  # handed out begun, with every enqueue sent
         assert connection.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
-        found = connection.execute(f"SELECT count(*) FROM {_jobs_table(store)}").fetchone()
+        found = connection.execute(f"SELECT count(*) FROM {_table(store, 'jobs')}").fetchone()
         assert found == (3,)
     assert [job.id for job in store.queue("q").claim_batch("w", 10)] == [first, second, third]
 
@@ -46,19 +48,19 @@ def test_statements_in_a_transaction_see_its_held_enqueues_in_order(store: Postg
 def test_a_held_enqueue_the_server_refuses_fails_the_commit_and_rolls_back_everything(
     store: PostgresStore, dsn: str
 ) -> None:
-    schema = store.settings.schema
+    orders = _table(store, "orders")
     with psycopg.connect(dsn, autocommit=True) as admin:
-        admin.execute(f'CREATE TABLE "{schema}".orders (id int)')
-        admin.execute(f"ALTER TABLE {_jobs_table(store)} ADD CHECK (payload <> '\"poison\"')")
+        admin.execute(f"CREATE TABLE {orders} (id int)")
+        admin.execute(f"ALTER TABLE {_table(store, 'jobs')} ADD CHECK (payload <> '\"poison\"')")
     tx = store.begin_tx()
-    tx.execute(f'INSERT INTO "{schema}".orders VALUES (1)')
+    tx.execute(f"INSERT INTO {orders} VALUES (1)")
     tx.enqueue_tx("q", None, "fine")
     tx.enqueue_tx("q", None, "poison")  # held: the server sees it only at commit
     with pytest.raises(alkstore.Database, match=r"commit failed: .*check constraint"):
         tx.commit()
     assert store.queue("q").claim_one("w") is None
     with store.transaction() as again:  # the pooled connection came back clean
-        assert again.execute(f'SELECT count(*) FROM "{schema}".orders') == [(0,)]
+        assert again.execute(f"SELECT count(*) FROM {orders}") == [(0,)]
         again.enqueue_tx("q", None, "after")
     job = store.queue("q").claim_one("w")
     assert job is not None
@@ -103,7 +105,7 @@ def test_ids_reserved_ahead_are_unique_across_stores_and_threads(open_store: Ope
     assert len(ids) == 4 * 30 * 8
     assert len(set(ids)) == len(ids)
     with stores[0].transaction() as tx:
-        stored_ids = tx.execute(f"SELECT id FROM {_jobs_table(stores[0])} ORDER BY id")
+        stored_ids = tx.execute(f"SELECT id FROM {_table(stores[0], 'jobs')} ORDER BY id")
     assert [row[0] for row in stored_ids] == sorted(ids)
 
 
@@ -115,8 +117,7 @@ def test_publishes_after_the_first_to_a_stream_are_held_and_keep_their_offsets(
         offsets += [tx.publish_tx("b", {"n": n}) for n in range(3)]
         offsets.append(tx.publish_tx("a", {"n": 5}))
         assert "publishes held" in repr(tx)
-        events = f'"{store.settings.schema}".events'
-        assert tx.execute(f"SELECT count(*) FROM {events}") == [(9,)]
+        assert tx.execute(f"SELECT count(*) FROM {_table(store, 'events')}") == [(9,)]
     assert offsets == [1, 2, 3, 4, 5, 1, 2, 3, 6]
     read = store.stream("a").read_since(0, 100)
     assert [(e.offset, e.key, e.payload) for e in read] == [

@@ -5,6 +5,10 @@ the application's database; any number of processes on any number of hosts
 share it. Options (keywords of ``alkstore.open`` or DSN query parameters):
 ``schema``, ``pool_min_size``, ``pool_max_size``, ``connect_timeout_s`` and
 ``scheduler_lease_s``.
+
+Importing this package does not import psycopg (discovery may load every
+engine to find one for a scheme): ``PostgresStore`` and ``Settings`` are
+imported on first use.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from alkstore.engine import Engine, TestProvider
 from alkstore_postgres._capabilities import CAPABILITIES
 
 if TYPE_CHECKING:
+    from alkstore_postgres._settings import Settings
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["PostgresEngine"]
+__all__ = ["PostgresEngine", "PostgresStore", "Settings"]
 
 
 class PostgresEngine(Engine):
@@ -41,3 +46,16 @@ class PostgresEngine(Engine):
         from alkstore_postgres._testing import PostgresTestProvider  # noqa: PLC0415
 
         return PostgresTestProvider(self, options)
+
+
+def __getattr__(name: str) -> Any:
+    """``PostgresStore`` and ``Settings``, imported (with psycopg) when first asked for."""
+    if name == "PostgresStore":
+        from alkstore_postgres._store import PostgresStore  # noqa: PLC0415
+
+        return PostgresStore
+    if name == "Settings":
+        from alkstore_postgres._settings import Settings  # noqa: PLC0415
+
+        return Settings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

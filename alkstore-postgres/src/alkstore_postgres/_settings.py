@@ -9,6 +9,7 @@ written, and asks libpq whether what remains is valid.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -19,17 +20,9 @@ from urllib.parse import unquote
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from alkstore.engine import option_seconds
+from alkstore.engine import settings_from_options
 
 __all__ = ["Settings", "parse_target"]
-
-_ENGINE_OPTIONS = (
-    "schema",
-    "pool_min_size",
-    "pool_max_size",
-    "connect_timeout_s",
-    "scheduler_lease_s",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +32,13 @@ class Settings:
     schema: str = "alkstore"
     """The one schema the engine owns; separate schemas isolate tenants and tests."""
     pool_min_size: int = 1
+    """Connections the pool keeps open, 1 to 1,000."""
     pool_max_size: int = 10
+    """Connections the pool opens at most, 1 to 1,000 (at least ``pool_min_size``)."""
     connect_timeout_s: float = 10.0
+    """How long making a connection, or waiting for a pooled one, may take."""
     scheduler_lease_s: float = 30.0
+    """TTL of the scheduler leader's lock; it renews every third of it."""
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> Settings:
@@ -51,33 +48,30 @@ class Settings:
             TypeError: an unknown option, named.
             ValueError: a bad value, naming the option.
         """
-        unknown = sorted(set(options) - set(_ENGINE_OPTIONS))
-        if unknown:
-            raise TypeError(
-                f"the postgres engine has no option {', '.join(map(repr, unknown))} "
-                f"(it knows: {', '.join(_ENGINE_OPTIONS)})"
-            )
-        values: dict[str, Any] = {}
-        for name, value in options.items():
-            if name == "schema":
-                if (
-                    not isinstance(value, str)
-                    or not value
-                    or "\x00" in value  # PostgreSQL names cannot hold NUL
-                    or len(value.encode()) > 63
-                ):
-                    raise ValueError(
-                        "schema must be a non-empty name of at most 63 bytes, without NUL"
-                    )
-                values[name] = value
-            elif name.startswith("pool_"):
-                values[name] = _count(name, value)
-            else:
-                values[name] = option_seconds(name, value)
-        settings = cls(**values)
+        settings = settings_from_options(
+            cls,
+            "postgres",
+            options,
+            {"schema": _schema_name, "pool_min_size": _count, "pool_max_size": _count},
+        )
         if settings.pool_min_size > settings.pool_max_size:
             raise ValueError("pool_min_size must not exceed pool_max_size")
         return settings
+
+
+_ENGINE_OPTIONS = frozenset(field.name for field in dataclasses.fields(Settings))
+"""What the engine takes out of a URL's query string: its options, not libpq's."""
+
+
+def _schema_name(name: str, value: object) -> str:
+    if (
+        not isinstance(value, str)
+        or not value
+        or "\x00" in value  # PostgreSQL names cannot hold NUL
+        or len(value.encode()) > 63
+    ):
+        raise ValueError(f"{name} must be a non-empty name of at most 63 bytes, without NUL")
+    return value
 
 
 def _count(name: str, value: object) -> int:
