@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from alkstore import Closed, TxState
 from alkstore.engine import JobStamp, TxHandle
 from alkstore_postgres._errors import translate
 from alkstore_postgres._event_buffer import EventBuffer
@@ -165,24 +166,38 @@ class PostgresTx(TxHandle):
             self._end()
 
     def _check_still_open(self) -> None:
-        """Refuse to go on once the caller ended the transaction through the driver
-        (``COMMIT`` via ``tx.execute``, ``tx.connection.commit()``): on the pool's
-        autocommit connection, later statements would escape any rollback."""
+        """Refuse to go on once the transaction ended through the driver (``COMMIT``
+        via ``tx.execute``, ``tx.connection.commit()``, an adopted connection's own
+        ``commit()``): on the pool's autocommit connection later statements would
+        escape any rollback, and on the caller's they would begin a transaction of
+        their own, behind the caller's back."""
         if (
-            self._give_back is not None
-            and self._begun
-            and self._connection.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            not self._begun
+            or self._connection.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE
         ):
-            for buffer in (self._jobs, self._events):
-                if buffer is not None:
-                    buffer.discard()
-            self._end()
-            raise self._ended_elsewhere()
+            return
+        for buffer in (self._jobs, self._events):
+            if buffer is not None:
+                buffer.discard()
+        if self._give_back is None:
+            raise _ended_by_its_caller(self)
+        self._end()
+        raise self._ended_elsewhere()
 
     def _end(self) -> None:
         if self._abandon is not None and self._give_back is not None:
             self._abandon.detach()
             self._give_back(self._connection)
+
+
+def _ended_by_its_caller(tx: TxHandle) -> Closed:
+    """An adopted transaction the caller committed or rolled back through its own
+    connection: the handle ends with it. Marks the handle ended; return the error."""
+    tx.state = TxState.ENDED_ELSEWHERE
+    return Closed(
+        "the caller's transaction this handle adopted has ended (committed or rolled back "
+        "through its connection); the handle is closed and writes nothing more"
+    )
 
 
 def _roll_back(

@@ -9,6 +9,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from alkstore import Closed, TxState
 from alkstore.engine import JobStamp, TxHandle
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
@@ -113,17 +114,31 @@ class SQLiteTx(TxHandle):
             self._end()
 
     def _check_still_open(self) -> None:
-        """Refuse to go on once the caller ended the transaction through the driver:
-        later statements would run in autocommit, escaping any rollback."""
-        if self._owned and not self._connection.in_transaction:
-            self._pending_jobs.clear()
-            self._end()
-            raise self._ended_elsewhere()
+        """Refuse to go on once the transaction ended through the driver: later
+        statements would run in autocommit (or in a transaction they began
+        themselves), escaping the rollback or commit they were meant to share."""
+        if self._connection.in_transaction:
+            return
+        self._pending_jobs.clear()
+        if not self._owned:
+            raise _ended_by_its_caller(self)
+        self._end()
+        raise self._ended_elsewhere()
 
     def _end(self) -> None:
         if self._abandon is not None:
             self._abandon.detach()
             self._store.pool.release(self._connection)
+
+
+def _ended_by_its_caller(tx: TxHandle) -> Closed:
+    """An adopted transaction the caller committed or rolled back through its own
+    connection: the handle ends with it. Marks the handle ended; return the error."""
+    tx.state = TxState.ENDED_ELSEWHERE
+    return Closed(
+        "the caller's transaction this handle adopted has ended (committed or rolled back "
+        "through its connection); the handle is closed and writes nothing more"
+    )
 
 
 def _roll_back_and_close(connection: sqlite3.Connection) -> None:
