@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
+from psycopg import sql
 
 from alkstore.engine import Store, StoreTarget, TestProvider, TxHandle
 from alkstore_postgres._names import channel_identifier, stored
@@ -41,6 +42,7 @@ class PostgresTestProvider(TestProvider):
         self._throwaway = False
         dsn = options.get("dsn") or os.environ.get("ALKSTORE_PG_DSN")
         self.dsn = dsn if dsn else self._start_server()
+        self._other_dsn: str | None = None
         with psycopg.connect(self.dsn, autocommit=True) as connection:
             self._version = connection.info.server_version
 
@@ -63,6 +65,38 @@ class PostgresTestProvider(TestProvider):
 
     def drop_target(self, target: StoreTarget) -> None:
         self._sql(target, "DROP SCHEMA IF EXISTS {s} CASCADE")
+
+    def driver_connection(self, target: StoreTarget) -> psycopg.Connection:
+        """A ``psycopg.Connection`` to the target's database, as an application opens one
+        (not in autocommit: psycopg begins a transaction with its first statement)."""
+        return psycopg.connect(target.target)
+
+    def other_storage_target(self, target: StoreTarget) -> StoreTarget:
+        """The same schema in another database of the server: the likeliest mix-up, as
+        every database's default alkstore schema is ``alkstore``. (Another schema in
+        the same database is no other storage: a connection reaches both.)"""
+        return StoreTarget(self._other_database(), dict(target.options))
+
+    def _other_database(self) -> str:
+        """The DSN of a database made once per session for :meth:`other_storage_target`
+        (dropped at :meth:`close`)."""
+        if self._other_dsn is None:
+            name = f"alkstore_test_other_{uuid.uuid4().hex[:16]}"
+            with psycopg.connect(self.dsn, autocommit=True) as connection:
+                try:
+                    connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                except psycopg.errors.InsufficientPrivilege as exc:
+                    raise NotImplementedError(f"the server refuses CREATE DATABASE: {exc}") from exc
+            self._resources.callback(self._drop_database, name)
+            self._other_dsn = psycopg.conninfo.make_conninfo(self.dsn, dbname=name)
+        return self._other_dsn
+
+    def _drop_database(self, name: str) -> None:
+        force = sql.SQL(" WITH (FORCE)" if self._version >= 130_000 else "")
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {}{}").format(sql.Identifier(name), force)
+            )
 
     def write_business_row(self, tx: TxHandle, key: str) -> None:
         schema = tx._store.settings.schema  # type: ignore[attr-defined]
@@ -116,7 +150,7 @@ class PostgresTestProvider(TestProvider):
         self, target: StoreTarget, template: str, params: dict[str, Any] | None = None
     ) -> None:
         """Run ``template`` (see ``_sql.render``) in the target's schema."""
-        with psycopg.connect(self.dsn, autocommit=True) as connection:
+        with psycopg.connect(target.target, autocommit=True) as connection:
             connection.execute(render(template, target.options["schema"]), params)
 
     def describe(self) -> str:

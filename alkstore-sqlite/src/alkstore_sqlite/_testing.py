@@ -36,6 +36,14 @@ class SQLiteTestProvider(TestProvider):
     def drop_target(self, target: StoreTarget) -> None:
         shutil.rmtree(Path(target.target).parent, ignore_errors=True)
 
+    def driver_connection(self, target: StoreTarget) -> sqlite3.Connection:
+        """A ``sqlite3.Connection`` to the target's file, as an application opens one."""
+        return sqlite3.connect(target.target, timeout=10)
+
+    def other_storage_target(self, target: StoreTarget) -> StoreTarget:
+        """Another file: no two targets share one."""
+        return self.create_target()
+
     def write_business_row(self, tx: TxHandle, key: str) -> None:
         tx.execute("CREATE TABLE IF NOT EXISTS business (key TEXT NOT NULL)")
         tx.execute("INSERT INTO business (key) VALUES (?)", (key,))

@@ -16,8 +16,10 @@ import pytest
 from alkstore.engine import StoreTarget, TestProvider
 
 __all__ = [
+    "SIDE_EFFECTS",
     "OpenStore",
     "Runs",
+    "SideEffect",
     "StartRunning",
     "eventually",
     "finish",
@@ -32,6 +34,21 @@ T = TypeVar("T")
 
 OpenStore = Callable[[], alkstore.Store]
 """Opens another store on the test's target (the ``open_store`` fixture)."""
+
+SideEffect = Callable[[alkstore.TxHandle], object]
+
+SIDE_EFFECTS: dict[str, SideEffect] = {
+    "enqueue_tx": lambda tx: tx.enqueue_tx("emails", None, {"order": 1}),
+    "publish_tx": lambda tx: tx.publish_tx("orders", {"order": 1}),
+    "publish_with_key_tx": lambda tx: tx.publish_with_key_tx("orders", "k", {"order": 1}),
+    "notify_tx": lambda tx: tx.notify_tx("orders", {"order": 1}),
+    "save_offset_tx": lambda tx: tx.save_offset_tx(
+        "orders", "projection", tx.publish_tx("orders", {"order": 1})
+    ),
+    "outbox_enqueue_tx": lambda tx: tx.outbox_enqueue_tx("hooks", None, {"order": 1}),
+}
+"""One call of each ``*_tx`` side effect: a job in ``emails``, an event in ``orders``,
+a notify on ``orders``, the offset of ``projection`` on ``orders``, a send in ``hooks``."""
 
 
 class Runs(Protocol):
@@ -88,6 +105,6 @@ def start_thread(function: Callable[[], object]) -> threading.Thread:
 
 def needs(provider: TestProvider, method: str) -> None:
     """Skip, with the provider's reason, a test that needs a provider backdoor it lacks."""
-    implementation = getattr(type(provider), method)
-    if implementation is getattr(TestProvider, method):
+    implementation = getattr(type(provider), method, None)
+    if implementation is None or implementation is getattr(TestProvider, method, None):
         pytest.skip(f"the provider does not implement TestProvider.{method}")

@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
 import alkstore
 from alkstore import Wake
 from alkstore.engine import TestProvider
-from alkstore_contract_tests.suite._support import needs
-
-SideEffect = Callable[[alkstore.TxHandle], object]
-
-SIDE_EFFECTS: dict[str, SideEffect] = {
-    "enqueue_tx": lambda tx: tx.enqueue_tx("emails", None, {"order": 1}),
-    "publish_tx": lambda tx: tx.publish_tx("orders", {"order": 1}),
-    "publish_with_key_tx": lambda tx: tx.publish_with_key_tx("orders", "k", {"order": 1}),
-    "notify_tx": lambda tx: tx.notify_tx("orders", {"order": 1}),
-    "save_offset_tx": lambda tx: tx.save_offset_tx(
-        "orders", "projection", tx.publish_tx("orders", {"order": 1})
-    ),
-    "outbox_enqueue_tx": lambda tx: tx.outbox_enqueue_tx("hooks", None, {"order": 1}),
-}
+from alkstore_contract_tests.suite._support import SIDE_EFFECTS, needs
 
 
 def visible(store: alkstore.Store, kind: str, wakes: alkstore.WakeReceiver) -> bool:
