@@ -20,6 +20,45 @@ import pytest
 
 EXAMPLE_ENGINE = Path(__file__).parent / "example-engine"
 
+SIDE_EFFECT_KINDS = (
+    "enqueue_tx", "notify_tx", "outbox_enqueue_tx", "publish_tx", "publish_with_key_tx",
+    "save_offset_tx",
+)  # fmt: skip
+
+LEAKED_ADOPTED_SIDE_EFFECTS = {
+    *(
+        f"test_side_effects_{promise}[{kind}-{through}]"
+        for promise in (
+            "appear_when_the_callers_transaction_commits",
+            "never_appear_when_the_callers_transaction_rolls_back",
+        )
+        for kind in SIDE_EFFECT_KINDS
+        for through in ("connection", "handle")
+    ),
+    *(
+        f"{test}[{through}]"
+        for test in (
+            "test_the_callers_business_write_and_the_side_effects_commit_or_roll_back_together",
+            "test_wakes_fire_once_the_callers_transaction_commits_and_not_before",
+            "test_wakes_never_fire_when_the_callers_transaction_rolls_back",
+        )
+        for through in ("connection", "handle")
+    ),
+    *(
+        "test_ending_through_the_handle_ends_the_callers_transaction_and_the_handle_"
+        f"not_the_connection[{ending}]"
+        for ending in ("commit", "rollback")
+    ),
+    *(
+        "test_once_the_caller_ends_its_transaction_the_handle_refuses_every_call_and_"
+        f"writes_nothing[rollback-{call}]"
+        for call in (*SIDE_EFFECT_KINDS, "commit", "rollback")
+    ),
+    "test_adopting_a_connection_inside_a_transaction_joins_that_transaction[rollback]",
+    "test_closing_the_store_leaves_an_adopted_transaction_to_its_caller[rollback]",
+}
+"""What an engine that lets adopted side effects out before the commit fails."""
+
 
 @dataclass
 class Outcome:
@@ -103,10 +142,7 @@ def test_the_example_engine_passes_the_whole_suite_from_an_empty_folder(
                         "test_a_rollback_by_exception_leaves_no_ghost",
                         "test_an_explicit_rollback_leaves_no_ghost",
                     )
-                    for kind in (
-                        "enqueue_tx", "notify_tx", "outbox_enqueue_tx", "publish_tx",
-                        "publish_with_key_tx", "save_offset_tx",
-                    )
+                    for kind in SIDE_EFFECT_KINDS
                 ),
                 "test_side_effects_and_the_business_write_commit_together",
                 "test_a_rolled_back_batch_of_enqueues_leaves_nothing",
@@ -129,6 +165,11 @@ def test_the_example_engine_passes_the_whole_suite_from_an_empty_folder(
                 "test_the_same_owner_reacquiring_gets_a_handle_without_a_fresh_ttl",
                 "test_a_lock_expired_behind_its_holders_back_is_lost",
             },
+        ),
+        (
+            "memory-leaky-adoption",
+            "test_adopted_transactions or test_transactions",
+            LEAKED_ADOPTED_SIDE_EFFECTS,
         ),
         (
             "memory-early-own-wakes",

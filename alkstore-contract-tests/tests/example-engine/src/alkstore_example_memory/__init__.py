@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from alkstore import (
     SCHEDULER_LOCK,
+    Closed,
     ConsumerStats,
     JobInfo,
     JobState,
@@ -32,6 +33,7 @@ from alkstore import (
     ScheduleOpts,
     StreamEvent,
     StreamStats,
+    TxState,
 )
 from alkstore.engine import (
     EXPIRED,
@@ -63,7 +65,7 @@ from alkstore.engine import (
     stream_wake_key,
 )
 
-__all__ = ["MemoryEngine", "MemoryStore", "MemoryTestProvider"]
+__all__ = ["MemoryConnection", "MemoryEngine", "MemoryStore", "MemoryTestProvider"]
 
 CAPABILITIES = Capabilities(wakes_coalesce=True, shared_between_processes=False)
 
@@ -140,25 +142,78 @@ def database(name: str) -> Database:
         return _DATABASES.setdefault(name, Database())
 
 
-class MemoryTx(TxHandle):
-    """Holds the database from begin to end; writes apply at commit."""
+class MemoryConnection:
+    """A connection to one database, as a driver hands one to an application; what
+    ``adopt_tx`` accepts. A transaction holds the database from ``begin`` to
+    ``commit`` or ``rollback``; its writes apply, and its wakes go out, at commit."""
 
-    _store: MemoryStore
-
-    def __init__(self, store: MemoryStore) -> None:
-        super().__init__(store)
-        self.db = store.db
-        self.db.lock.acquire()
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.in_transaction = False
         self.writes: list[Callable[[], None]] = []
         self.wakes: set[str] = set()
         self.saved: dict[tuple[str, str], int] = {}
         self.published: list[tuple[int, str, str | None, str, float]] = []
 
+    def begin(self) -> None:
+        self.db.lock.acquire()
+        self.in_transaction = True
+
+    def commit(self) -> None:
+        if not self.in_transaction:
+            return
+        wakes = self.wakes
+        try:
+            for write in self.writes:
+                write()
+        finally:
+            self._end()
+        self.db.wake(wakes)
+
+    def rollback(self) -> None:
+        if self.in_transaction:
+            self._end()
+
+    def close(self) -> None:
+        self.rollback()
+
+    def _end(self) -> None:
+        self.writes, self.wakes, self.saved, self.published = [], set(), {}, []
+        self.in_transaction = False
+        self.db.lock.release()
+
+
+class MemoryTx(TxHandle):
+    """A transaction on a connection of the store's own, or on the caller's
+    (``adopt_tx``), which joins the transaction open on it or begins one."""
+
+    _store: MemoryStore
+
+    def __init__(self, store: MemoryStore, adopted: MemoryConnection | None = None) -> None:
+        super().__init__(store)
+        self.db = store.db
+        self.adopted = adopted is not None
+        self._connection = adopted or MemoryConnection(store.db)
+        if not self._connection.in_transaction:
+            self._connection.begin()
+
     @property
-    def connection(self) -> Database:
-        return self.db
+    def connection(self) -> MemoryConnection:
+        return self._connection
+
+    def _check_still_open(self) -> None:
+        """Refuse every call once the transaction ended through the connection: a
+        late write would apply outside the transaction it was meant to share. The
+        caller ending its own transaction ends an adopted handle with it."""
+        if self._connection.in_transaction:
+            return
+        if not self.adopted:
+            raise self._ended_elsewhere()
+        self.state = TxState.ENDED_ELSEWHERE
+        raise Closed("the caller's transaction this handle adopted has ended")
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        self._check_still_open()
         now = time.time()
         row = Row(
             id=next(self.db.ids), queue=queue, payload=payload_json, priority=stamp.priority,
@@ -168,58 +223,62 @@ class MemoryTx(TxHandle):
             max_attempts=stamp.max_attempts, visibility_timeout_s=stamp.visibility_timeout_s,
             backoff_base_s=stamp.backoff_base_s, retention_s=stamp.dead_letter_retention_s,
         )  # fmt: skip
-        self.writes.append(lambda: self.db.jobs.__setitem__(row.id, row))
-        self.wakes.add(queue_wake_key(queue))
+        self._connection.writes.append(lambda: self.db.jobs.__setitem__(row.id, row))
+        self._connection.wakes.add(queue_wake_key(queue))
         return row.id
 
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
+        self._check_still_open()
         offset = next(self.db.ids)  # the lock is held: ids are handed out in commit order
         event = (offset, stream, key, payload_json, time.time())
-        self.published.append(event)
-        self.writes.append(lambda: self.db.events.append(event))
-        self.wakes.add(stream_wake_key(stream))
+        self._connection.published.append(event)
+        self._connection.writes.append(lambda: self.db.events.append(event))
+        self._connection.wakes.add(stream_wake_key(stream))
         return offset
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
-        self.wakes.add(channel)
+        self._check_still_open()
+        self._connection.wakes.add(channel)
 
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
-        head = max((o for o, s, *_ in [*self.db.events, *self.published] if s == stream), default=0)
+        self._check_still_open()
+        pending = self._connection
+        head = max(
+            (o for o, s, *_ in [*self.db.events, *pending.published] if s == stream), default=0
+        )
         if offset > head:
             raise offset_past_head(stream, offset, head)
         key = (stream, consumer)
-        current = self.saved.get(key, self.db.offsets.get(key, 0))
+        current = pending.saved.get(key, self.db.offsets.get(key, 0))
         if offset <= current:
             return False
-        self.saved[key] = offset
-        self.writes.append(lambda: self.db.offsets.__setitem__(key, offset))
+        pending.saved[key] = offset
+        pending.writes.append(lambda: self.db.offsets.__setitem__(key, offset))
         return True
 
     def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         """A small dialect: ``INSERT`` (one key), ``SELECT`` (committed keys) and
         ``COMMIT``, which ends the transaction behind the handle's back: it is
         refused from then on, as every engine must."""
+        self._check_still_open()
         if sql == "COMMIT":
-            self._commit()
+            self._connection.commit()
             raise self._ended_elsewhere()
         if sql == "INSERT":
             key = str(params[0])
-            self.writes.append(lambda: self.db.business.add(key))
+            self._connection.writes.append(lambda: self.db.business.add(key))
             return []
         if sql == "SELECT":
             return [(key,) for key in sorted(self.db.business)]
         raise ValueError(f"the memory engine understands INSERT and SELECT, not {sql!r}")
 
     def _commit(self) -> None:
-        try:
-            for write in self.writes:
-                write()
-        finally:
-            self.db.lock.release()
-        self.db.wake(self.wakes)
+        self._check_still_open()
+        self._connection.commit()
 
     def _rollback(self) -> None:
-        self.db.lock.release()
+        self._check_still_open()
+        self._connection.rollback()
 
 
 class MemoryQueue(Queue):
@@ -630,7 +689,11 @@ class MemoryStore(Store):
         return self.tx_class(self)
 
     def _adopt_tx(self, connection: Any) -> TxHandle:
-        raise TypeError("the memory engine has no driver connections to adopt")
+        if not isinstance(connection, MemoryConnection):
+            raise TypeError(f"adopt_tx needs a MemoryConnection, not {type(connection).__name__}")
+        if connection.db is not self.db:
+            raise ValueError("adopt_tx: the connection is to another database than this store's")
+        return self.tx_class(self, connection)
 
 
 class MemoryEngine(Engine):
@@ -668,6 +731,12 @@ class MemoryTestProvider(TestProvider):
     def drop_target(self, target: StoreTarget) -> None:
         with _DATABASES_LOCK:
             _DATABASES.pop(target.target.partition("://")[2], None)
+
+    def driver_connection(self, target: StoreTarget) -> MemoryConnection:
+        return MemoryConnection(database(target.target.partition("://")[2]))
+
+    def other_storage_target(self, target: StoreTarget) -> StoreTarget:
+        return self.create_target()  # each target is a database of its own
 
     def write_business_row(self, tx: TxHandle, key: str) -> None:
         tx.execute("INSERT", (key,))

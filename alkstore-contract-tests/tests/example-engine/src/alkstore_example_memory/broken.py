@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from alkstore import RESERVED_PREFIX, Schedule, ScheduleOpts, Wake
 from alkstore.engine import (
@@ -37,12 +37,15 @@ __all__ = [
     "EarlyOwnWakesEngine",
     "EchoingWakesEngine",
     "ImmortalLocksEngine",
+    "LeakyAdoptionEngine",
     "NoRollbackEngine",
     "OffsetsBackEngine",
     "OneChannelPerCommitEngine",
     "SilentWakeDeathEngine",
     "UpsertMovesScheduleEngine",
 ]
+
+_T = TypeVar("_T")
 
 
 class _ClaimChecksThenActs(MemoryQueue):
@@ -77,7 +80,9 @@ class _OffsetsMoveBack(MemoryStream):
 
 class _OffsetTxMovesBack(MemoryTx):
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
-        self.writes.append(lambda: self.db.offsets.__setitem__((stream, consumer), offset))
+        self.connection.writes.append(
+            lambda: self.db.offsets.__setitem__((stream, consumer), offset)
+        )
         return True
 
 
@@ -138,6 +143,33 @@ class _NotifyTxWakesOwnListenersAtOnce(MemoryTx):
             receiver.deliver(Wake(channel))
 
 
+class _AdoptedSideEffectsAtOnce(MemoryTx):
+    """Applies each side effect of an adopted transaction at once, as if the
+    caller's connection were in autocommit: seen and waking before the caller
+    commits, and kept when it rolls back."""
+
+    def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        return self._at_once(super()._enqueue_tx(queue, stamp, payload_json))
+
+    def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
+        return self._at_once(super()._publish_tx(stream, key, payload_json))
+
+    def _notify_tx(self, channel: str, payload_json: str) -> None:
+        self._at_once(super()._notify_tx(channel, payload_json))
+
+    def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
+        return self._at_once(super()._save_offset_tx(stream, consumer, offset))
+
+    def _at_once(self, result: _T) -> _T:
+        if self.adopted:
+            pending = self.connection
+            for write in pending.writes:
+                write()
+            self.db.wake(pending.wakes)
+            pending.writes, pending.wakes = [], set()
+        return result
+
+
 class _DriftingSchedulesStore(MemoryStore):
     """Computes each next boundary from the moment it fired, not from the last boundary."""
 
@@ -173,7 +205,7 @@ class _OneChannelPerCommit(MemoryTx):
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
         if self._notified is not None:
-            self.wakes.discard(self._notified)
+            self.connection.wakes.discard(self._notified)
         self._notified = channel
         super()._notify_tx(channel, payload_json)
 
@@ -238,6 +270,16 @@ class _EchoingWakesStore(MemoryStore):
             return receiver
         assert isinstance(receiver, BufferedWakeReceiver)
         return _EchoingReceiver(receiver)  # only a listen() echoes
+
+
+class LeakyAdoptionEngine(MemoryEngine):
+    """Lets an adopted transaction's side effects out before the caller commits."""
+
+    name = "memory-leaky-adoption"
+    schemes = ("memory-leaky-adoption",)
+    store_class: ClassVar[type[MemoryStore]] = type(
+        "LeakyAdoptionStore", (MemoryStore,), {"tx_class": _AdoptedSideEffectsAtOnce}
+    )
 
 
 class EarlyOwnWakesEngine(MemoryEngine):
