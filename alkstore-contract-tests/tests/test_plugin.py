@@ -6,6 +6,8 @@ from importlib.metadata import entry_points
 
 import pytest
 
+from alkstore.engine import CONTRACT_VERSION, load_engine
+
 
 def test_the_plugin_is_registered_under_pytest11() -> None:
     plugins = {ep.name: ep.value for ep in entry_points(group="pytest11")}
@@ -61,3 +63,18 @@ def test_every_suite_test_gets_a_time_limit_unless_the_user_set_one(
         "--alkstore-engine=sqlite", "--collect-only", "-k", "no_such_test", *arguments
     )
     result.stdout.fnmatch_lines([f"alkstore test time limit: {limit}"])
+
+
+def test_the_header_shows_the_contract_versions_of_core_and_of_the_engine(
+    pytester: pytest.Pytester,
+) -> None:
+    written_for = load_engine("sqlite").contract_version
+    result = pytester.runpytest_subprocess(
+        "--alkstore-engine=sqlite", "--collect-only", "-k", "no_such_test"
+    )
+    result.stdout.fnmatch_lines(
+        [
+            f"alkstore contract version: core implements {CONTRACT_VERSION}, "
+            f"the engine was written for {written_for}"
+        ]
+    )

@@ -191,11 +191,14 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if provider is None:
         return None
     import alkstore  # noqa: PLC0415
+    from alkstore.engine import CONTRACT_VERSION  # noqa: PLC0415
 
     engine = provider.engine  # type: ignore[attr-defined]
     info = alkstore.engines()[engine.name]
     lines = [
         f"alkstore engine: {info.name} ({info.distribution} {info.version})",
+        f"alkstore contract version: core implements {CONTRACT_VERSION}, "
+        f"the engine was written for {engine.contract_version}",
         f"alkstore capabilities: {engine.capabilities}",
     ]
     timeout = _suite_timeout(config)
