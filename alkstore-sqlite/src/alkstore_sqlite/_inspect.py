@@ -22,7 +22,7 @@ from alkstore import (
 from alkstore.engine import Inspector, decode
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
-from alkstore_sqlite._queue import dead_info, live_info
+from alkstore_sqlite._queue import job_info
 
 if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
@@ -38,7 +38,7 @@ class SQLiteInspector(Inspector):
     _store: SQLiteStore
 
     def _read(self, action: str, sql: str, params: _Params = ()) -> list[Any]:
-        with translate(f"inspect {action}"), self._store.pool.connection() as connection:
+        with translate(f"inspect {action}"), self._store.connection() as connection:
             return connection.execute(sql, params).fetchall()
 
     def _queues(self) -> list[QueueStats]:
@@ -88,5 +88,5 @@ def _info(row: tuple[Any, ...]) -> JobInfo:
     """A job from a row of ``_sql.LIST_JOBS``: ``JOB_COLUMNS``, then ``died_at``."""
     *columns, deadline, last_error, died_at = row
     if died_at is None:
-        return live_info((*columns, deadline, last_error))
-    return dead_info((*columns, last_error, died_at))
+        return job_info((*columns, deadline, last_error), dead=False)
+    return job_info((*columns, last_error, died_at), dead=True)

@@ -45,10 +45,10 @@ class SQLiteLock(Lock):
     _store: SQLiteStore
 
     def _renew(self, ttl_s: float) -> bool:
-        with translate(f"renew lock {self.name!r}"), self._store.pool.connection() as connection:
+        with translate(f"renew lock {self.name!r}"), self._store.connection() as connection:
             return renew(connection, self.name, self.owner, ttl_s)
 
     def _release(self) -> bool:
-        with translate(f"release lock {self.name!r}"), self._store.pool.connection() as connection:
+        with translate(f"release lock {self.name!r}"), self._store.connection() as connection:
             row = connection.execute(_sql.RELEASE_LOCK, (self.name, self.owner)).fetchone()
         return row is not None and row[0] > time.time()

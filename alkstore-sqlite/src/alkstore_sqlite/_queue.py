@@ -7,15 +7,24 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
-from alkstore import JobInfo, QueueOpts
-from alkstore.engine import Job, JobStamp, Queue, decode, queue_wake_key
+from alkstore import JobInfo, JobState
+from alkstore.engine import (
+    EXPIRED,
+    LAPSED_ON_LAST_ATTEMPT,
+    Job,
+    JobStamp,
+    Queue,
+    decode,
+    queue_wake_key,
+)
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
+from alkstore_sqlite._pool import transaction
 
 if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
 
-__all__ = ["SQLiteQueue", "dead_info", "insert_job", "job_row", "live_info"]
+__all__ = ["SQLiteQueue", "insert_job", "job_info", "job_row"]
 
 
 def insert_job(
@@ -44,12 +53,8 @@ class SQLiteQueue(Queue):
 
     _store: SQLiteStore
 
-    def __init__(self, store: SQLiteStore, name: str, opts: QueueOpts) -> None:
-        super().__init__(store, name, opts)
-        self._pool = store.pool
-
     def _enqueue(self, stamp: JobStamp, payload_json: str) -> int:
-        with translate(f"enqueue into {self.name!r}"), self._pool.connection() as connection:
+        with translate(f"enqueue into {self.name!r}"), self._store.connection() as connection:
             job_id = insert_job(connection, self.name, stamp, payload_json)
         self._store.committed()
         return job_id
@@ -57,12 +62,11 @@ class SQLiteQueue(Queue):
     def _claim(self, worker_id: str, n: int) -> list[Job]:
         now = time.time()
         claim = (now, worker_id, self.name, now, now, n)
-        with translate(f"claim from {self.name!r}"), self._pool.connection() as connection:
+        with translate(f"claim from {self.name!r}"), self._store.connection() as connection:
             if connection.execute(_sql.ANY_LAPSED, (self.name, now)).fetchone():
-                connection.execute("BEGIN IMMEDIATE")
-                self._release_lapsed(connection, now)
-                rows = connection.execute(_sql.CLAIM, claim).fetchall()
-                connection.execute("COMMIT")
+                with transaction(connection):
+                    self._release_lapsed(connection, now)
+                    rows = connection.execute(_sql.CLAIM, claim).fetchall()
             else:
                 # The common case: one statement, atomic by itself. A claim that
                 # lapses meanwhile is returned by the next claim.
@@ -70,7 +74,7 @@ class SQLiteQueue(Queue):
         return [self._job(row, worker_id) for row in rows]
 
     def _release_lapsed(self, connection: sqlite3.Connection, now: float) -> None:
-        connection.execute(_sql.LAPSED_TO_DEAD, (now, self.name, now))
+        connection.execute(_sql.LAPSED_TO_DEAD, (LAPSED_ON_LAST_ATTEMPT, now, self.name, now))
         connection.execute(_sql.DELETE_LAPSED_DEAD, (self.name, now))
         connection.execute(_sql.LAPSED_TO_PENDING, (self.name, now))
 
@@ -87,125 +91,103 @@ class SQLiteQueue(Queue):
             "queue": self.name, "worker": worker_id, "now": time.time(),
             "claims": json.dumps({str(job_id): attempt for job_id, attempt in claims}),
         }  # fmt: skip
-        with translate(f"ack_batch on {self.name!r}"), self._pool.connection() as connection:
+        with translate(f"ack_batch on {self.name!r}"), self._store.connection() as connection:
             return connection.execute(_sql.ACK_BATCH, params).rowcount
 
     def _cancel(self, job_id: int) -> bool:
-        with translate(f"cancel job {job_id}"), self._pool.connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
+        with translate(f"cancel job {job_id}"), self._store.in_transaction() as connection:
             removed = connection.execute(_sql.CANCEL_LIVE, (job_id, self.name)).rowcount
             if not removed:
                 removed = connection.execute(_sql.CANCEL_DEAD, (job_id, self.name)).rowcount
-            connection.execute("COMMIT")
         return removed > 0
 
     def _get_job(self, job_id: int) -> JobInfo | None:
-        with translate(f"get job {job_id}"), self._pool.connection() as connection:
+        with translate(f"get job {job_id}"), self._store.connection() as connection:
             live = connection.execute(_sql.GET_LIVE, (job_id, self.name)).fetchone()
             if live is not None:
-                return live_info(live)
+                return job_info(live, dead=False)
             dead = connection.execute(_sql.GET_DEAD, (job_id, self.name)).fetchone()
-        return None if dead is None else dead_info(dead)
+        return None if dead is None else job_info(dead, dead=True)
 
     def _sweep_expired(self) -> int:
         now = time.time()
-        with translate(f"sweep {self.name!r}"), self._pool.connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            moved = connection.execute(_sql.EXPIRED_TO_DEAD, (now, self.name, now)).rowcount
+        with translate(f"sweep {self.name!r}"), self._store.in_transaction() as connection:
+            moved = connection.execute(
+                _sql.EXPIRED_TO_DEAD, (EXPIRED, now, self.name, now)
+            ).rowcount
             connection.execute(_sql.DELETE_EXPIRED, (self.name, now))
             self._release_lapsed(connection, now)
             connection.execute(_sql.PURGE_DEAD, (self.name, now))
-            connection.execute("COMMIT")
         return moved
 
     def _until_ready(self) -> float | None:
         now = time.time()
-        with translate(f"look at {self.name!r}"), self._pool.connection() as connection:
+        with translate(f"look at {self.name!r}"), self._store.connection() as connection:
             next_ready = connection.execute(
                 _sql.NEXT_READY, (self.name, now, self.name)
             ).fetchone()[0]
         return None if next_ready is None else next_ready - now
 
     def _ack_job(self, job: Job) -> bool:
-        with translate(f"ack job {job.id}"), self._pool.connection() as connection:
+        with translate(f"ack job {job.id}"), self._store.connection() as connection:
             cursor = connection.execute(_sql.ACK, self._holds(job, time.time()))
         return cursor.rowcount == 1
 
     def _retry_job(self, job: Job, error: str, delay_s: float) -> bool:
         now = time.time()
-        with translate(f"retry job {job.id}"), self._pool.connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            retried = connection.execute(
-                _sql.RETRY, (now + delay_s, error, *self._holds(job, now))
-            ).rowcount
-            settled = retried == 1 or self._to_dead(connection, job, error, now)
-            if retried:
-                connection.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", now))
-            connection.execute("COMMIT")
-        self._store.committed()
-        return settled
+        retry = (now + delay_s, error, *self._holds(job, now))
+        with translate(f"retry job {job.id}"), self._store.in_transaction() as connection:
+            if connection.execute(_sql.RETRY, retry).rowcount != 1:
+                return False
+            connection.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", now))
+        return True
 
     def _fail_job(self, job: Job, error: str) -> bool:
         now = time.time()
-        with translate(f"fail job {job.id}"), self._pool.connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            failed = self._to_dead(connection, job, error, now)
-            connection.execute("COMMIT")
-        return failed
+        to_dead = (error, now, *self._holds(job, now))
+        with translate(f"fail job {job.id}"), self._store.in_transaction() as connection:
+            if connection.execute(_sql.TO_DEAD_IF_HELD, to_dead).rowcount != 1:
+                return False
+            connection.execute(_sql.DELETE_BY_ID, (job.id,))
+        return True
 
     def _release_job(self, job: Job) -> bool:
         now = time.time()
-        with translate(f"release job {job.id}"), self._pool.connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            released = connection.execute(_sql.RELEASE, self._holds(job, now)).rowcount == 1
-            if released:
-                connection.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", now))
-            connection.execute("COMMIT")
-        if released:
-            self._store.committed()
-        return released
+        with translate(f"release job {job.id}"), self._store.in_transaction() as connection:
+            if connection.execute(_sql.RELEASE, self._holds(job, now)).rowcount != 1:
+                return False
+            connection.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", now))
+        return True
 
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
         now = time.time()
-        with translate(f"heartbeat job {job.id}"), self._pool.connection() as connection:
+        with translate(f"heartbeat job {job.id}"), self._store.connection() as connection:
             cursor = connection.execute(_sql.HEARTBEAT, (now + extend_s, *self._holds(job, now)))
         if cursor.rowcount == 1:
             job.deadline = now + extend_s
             return True
         return False
 
-    def _to_dead(self, connection: sqlite3.Connection, job: Job, error: str, now: float) -> bool:
-        moved = connection.execute(_sql.TO_DEAD_IF_HELD, (error, now, *self._holds(job, now)))
-        if moved.rowcount != 1:
-            return False
-        connection.execute(_sql.DELETE_BY_ID, (job.id,))
-        return True
-
     @staticmethod
     def _holds(job: Job, now: float) -> tuple[int, int, str, float]:
         return (job.id, job.attempts, job.worker_id, now)
 
 
-def live_info(row: tuple[Any, ...]) -> JobInfo:
-    """A pending or processing job from a row of ``_sql.JOB_COLUMNS``."""
+def job_info(row: tuple[Any, ...], *, dead: bool) -> JobInfo:
+    """A job from a row of ``_sql.GET_LIVE`` (``dead=False``) or ``_sql.GET_DEAD``
+    (``dead=True``): ``JOB_COLUMNS``, with ``died_at`` in place of ``deadline`` if dead."""
     (job_id, queue, payload, priority, run_at, created_at, expires_at, attempts,
-     max_attempts, worker_id, deadline, last_error) = row  # fmt: skip
+     max_attempts, worker_id) = row[:10]  # fmt: skip
+    state: JobState
+    if dead:
+        last_error, died_at = row[10:]
+        deadline, state = None, "dead"
+    else:
+        deadline, last_error = row[10:]
+        died_at, state = None, "pending" if deadline is None else "processing"
     return JobInfo(
-        id=job_id, queue=queue, state="pending" if deadline is None else "processing",
-        payload=decode(payload), priority=priority, attempts=attempts,
-        max_attempts=max_attempts, run_at=run_at, created_at=created_at,
-        expires_at=expires_at, worker_id=worker_id, deadline=deadline,
-        last_error=last_error, died_at=None,
-    )  # fmt: skip
-
-
-def dead_info(row: tuple[Any, ...]) -> JobInfo:
-    """A dead letter from a row of ``_sql.GET_DEAD``."""
-    (job_id, queue, payload, priority, run_at, created_at, expires_at, attempts,
-     max_attempts, worker_id, last_error, died_at) = row  # fmt: skip
-    return JobInfo(
-        id=job_id, queue=queue, state="dead", payload=decode(payload), priority=priority,
+        id=job_id, queue=queue, state=state, payload=decode(payload), priority=priority,
         attempts=attempts, max_attempts=max_attempts, run_at=run_at, created_at=created_at,
-        expires_at=expires_at, worker_id=worker_id, deadline=None, last_error=last_error,
+        expires_at=expires_at, worker_id=worker_id, deadline=deadline, last_error=last_error,
         died_at=died_at,
     )  # fmt: skip

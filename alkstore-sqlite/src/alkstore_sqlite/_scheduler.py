@@ -21,7 +21,7 @@ __all__ = ["due_schedules", "fire_boundary", "until_next_fire"]
 def due_schedules(store: SQLiteStore) -> DueSchedules:
     """Every schedule whose next boundary is at or before now."""
     now = time.time()
-    with translate("read due schedules"), store.pool.connection() as connection:
+    with translate("read due schedules"), store.connection() as connection:
         rows = connection.execute(_sql.DUE_SCHEDULES, (now,)).fetchall()
     return DueSchedules(now, [_due(*row) for row in rows])
 
@@ -64,6 +64,6 @@ def fire_boundary(
 
 def until_next_fire(store: SQLiteStore) -> float | None:
     """Seconds until the earliest boundary of any schedule."""
-    with translate("read the next schedule"), store.pool.connection() as connection:
+    with translate("read the next schedule"), store.connection() as connection:
         next_at = connection.execute(_sql.NEXT_SCHEDULE).fetchone()[0]
     return None if next_at is None else next_at - time.time()

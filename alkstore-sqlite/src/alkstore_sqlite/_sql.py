@@ -33,13 +33,13 @@ SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND deadline < ? LIMIT 1
 """
 
 # A lapsed claim either returns the job to pending (the next claim consumes
-# an attempt) or, with no attempts left, sends it to dead letters.
+# an attempt) or, with no attempts left, sends it to dead letters; the
+# dead letter's last_error is bound (core's LAPSED_ON_LAST_ATTEMPT).
 LAPSED_TO_DEAD = """
 INSERT INTO __alkstore_dead (id, queue, payload, priority, run_at, created_at, expires_at,
     attempts, max_attempts, retention_s, worker_id, last_error, died_at)
 SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
-    retention_s, worker_id,
-    'claim lapsed (visibility timeout) on the last of ' || max_attempts || ' attempts', ?
+    retention_s, worker_id, ?, ?
 FROM __alkstore_jobs WHERE queue = ? AND deadline < ? AND attempts >= max_attempts
 """
 
@@ -80,10 +80,8 @@ WHERE queue = :queue AND worker_id = :worker AND deadline >= :now
   AND attempts = COALESCE(json_extract(:claims, '$."' || id || '"'), attempts)
 """
 
-RETRY = f"""
-UPDATE __alkstore_jobs SET deadline = NULL, run_at = ?, last_error = ?
-WHERE {HOLDS} AND attempts < max_attempts
-"""
+# Core retries only a claim with attempts left (it fails the last one).
+RETRY = f"UPDATE __alkstore_jobs SET deadline = NULL, run_at = ?, last_error = ? WHERE {HOLDS}"
 
 HEARTBEAT = f"UPDATE __alkstore_jobs SET deadline = ? WHERE {HOLDS}"
 
@@ -110,11 +108,12 @@ SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, m
 FROM __alkstore_dead WHERE id = ? AND queue = ?
 """
 
+# The dead letter's last_error is bound (core's EXPIRED).
 EXPIRED_TO_DEAD = """
 INSERT INTO __alkstore_dead (id, queue, payload, priority, run_at, created_at, expires_at,
     attempts, max_attempts, retention_s, worker_id, last_error, died_at)
 SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
-    retention_s, worker_id, 'expired', ?
+    retention_s, worker_id, ?, ?
 FROM __alkstore_jobs WHERE queue = ? AND expires_at <= ?
 """
 

@@ -29,7 +29,7 @@ from alkstore_sqlite._capabilities import CAPABILITIES
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._inspect import SQLiteInspector
 from alkstore_sqlite._lock import SQLiteLock, acquire
-from alkstore_sqlite._pool import ConnectionPool, connect
+from alkstore_sqlite._pool import ConnectionPool, begin, connect, transaction
 from alkstore_sqlite._queue import SQLiteQueue
 from alkstore_sqlite._scheduler import due_schedules, fire_boundary, until_next_fire
 from alkstore_sqlite._schema import SchemaError, migrate
@@ -53,6 +53,8 @@ class SQLiteStore(Store):
         self.settings = settings
         _prepare_file(path, settings)
         self.pool = ConnectionPool(path, settings)
+        self.connection = self.pool.connection
+        """A pooled connection (autocommit) for the block: ``with store.connection() as c``."""
         self._watcher = Watcher(path, settings)
         self._notices = 0
 
@@ -63,12 +65,10 @@ class SQLiteStore(Store):
 
     @contextlib.contextmanager
     def in_transaction(self) -> Iterator[sqlite3.Connection]:
-        """A pooled connection inside ``BEGIN IMMEDIATE`` for the block: committed
+        """A pooled connection inside a write transaction for the block: committed
         at its end (then the watcher is poked), rolled back if it raises."""
-        with self.pool.connection() as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            yield connection  # an exception leaves the pool to roll back
-            connection.execute("COMMIT")
+        with self.connection() as connection, transaction(connection):
+            yield connection
         self.committed()
 
     def committed(self) -> None:
@@ -82,7 +82,7 @@ class SQLiteStore(Store):
         self.pool.close()
 
     def _notify(self, channel: str, payload_json: str) -> None:
-        with translate(f"notify {channel!r}"), self.pool.connection() as connection:
+        with translate(f"notify {channel!r}"), self.connection() as connection:
             self._insert_notice(connection, channel, payload_json)
         self.committed()
 
@@ -132,7 +132,7 @@ class SQLiteStore(Store):
         return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
 
     def _unschedule(self, name: str) -> bool:
-        with translate(f"unschedule {name!r}"), self.pool.connection() as connection:
+        with translate(f"unschedule {name!r}"), self.connection() as connection:
             return connection.execute(_sql.DELETE_SCHEDULE, (name,)).rowcount == 1
 
     def _due_schedules(self) -> DueSchedules:
@@ -158,7 +158,7 @@ class SQLiteStore(Store):
         connection = self.pool.acquire()
         try:
             with translate("begin a transaction"):
-                connection.execute("BEGIN IMMEDIATE")
+                begin(connection)
         except BaseException:
             self.pool.release(connection)
             raise
@@ -177,7 +177,7 @@ class SQLiteStore(Store):
                     f"not to this store's file {self.path!r}"
                 )
             if not connection.in_transaction:
-                connection.execute("BEGIN IMMEDIATE")
+                begin(connection)
         return SQLiteTx(self, connection, owned=False)
 
 

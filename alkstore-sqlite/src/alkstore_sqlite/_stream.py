@@ -49,13 +49,13 @@ class SQLiteStream(Stream):
     _store: SQLiteStore
 
     def _publish(self, key: str | None, payload_json: str) -> int:
-        with translate(f"publish to {self.name!r}"), self._store.pool.connection() as connection:
+        with translate(f"publish to {self.name!r}"), self._store.connection() as connection:
             offset = insert_event(connection, self.name, key, payload_json)
         self._store.committed()
         return offset
 
     def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
-        with translate(f"read {self.name!r}"), self._store.pool.connection() as connection:
+        with translate(f"read {self.name!r}"), self._store.connection() as connection:
             rows = connection.execute(_sql.READ_SINCE, (self.name, offset, limit)).fetchall()
         return [
             StreamEvent(offset=row[0], stream=self.name, key=row[1], payload=decode(row[2]),
@@ -64,10 +64,10 @@ class SQLiteStream(Stream):
         ]  # fmt: skip
 
     def _get_offset(self, consumer: str) -> int:
-        with translate(f"read offset of {consumer!r}"), self._store.pool.connection() as connection:
+        with translate(f"read offset of {consumer!r}"), self._store.connection() as connection:
             row = connection.execute(_sql.GET_OFFSET, (self.name, consumer)).fetchone()
         return 0 if row is None else int(row[0])
 
     def _save_offset(self, consumer: str, offset: int) -> bool:
-        with translate(f"save offset of {consumer!r}"), self._store.pool.connection() as connection:
+        with translate(f"save offset of {consumer!r}"), self._store.connection() as connection:
             return raise_offset(connection, self.name, consumer, offset)
