@@ -15,7 +15,8 @@ import pytest
 from psycopg import sql
 
 import alkstore
-from alkstore import Wake
+from alkstore import EnqueueOpts, QueueOpts, Wake
+from alkstore.engine import EXPIRED, LAPSED_ON_LAST_ATTEMPT
 from alkstore_postgres import PostgresStore
 
 OpenStore = Callable[..., PostgresStore]
@@ -94,6 +95,21 @@ def test_bad_options_are_refused_by_name(
 ) -> None:
     with pytest.raises(error, match=re.escape(message)):
         alkstore.open(dsn, **options)
+
+
+def test_jobs_the_engine_moves_to_dead_letters_carry_cores_texts(store: PostgresStore) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.05, max_attempts=1))
+    lapsed_id = queue.enqueue("lapses")
+    assert queue.claim_one("w") is not None
+    expired_id = queue.enqueue("expires", EnqueueOpts(expires=0.05))
+    time.sleep(0.1)
+    assert queue.claim_one("w") is None  # the claim moved the lapsed job to dead letters
+    assert queue.sweep_expired() == 1
+    dead = [queue.get_job(job_id) for job_id in (lapsed_id, expired_id)]
+    assert [(info.state, info.last_error) for info in dead if info is not None] == [
+        ("dead", LAPSED_ON_LAST_ATTEMPT),
+        ("dead", EXPIRED),
+    ]
 
 
 def test_streams_stay_commit_ordered_when_an_earlier_publisher_commits_last(

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from alkstore import JobInfo, QueueOpts
-from alkstore.engine import Job, JobStamp, Queue, decode, queue_wake_key
+from alkstore.engine import (
+    EXPIRED,
+    LAPSED_ON_LAST_ATTEMPT,
+    Job,
+    JobStamp,
+    Queue,
+    decode,
+    queue_wake_key,
+)
 from alkstore_postgres._errors import translate
 from alkstore_postgres._names import stored, unstored
 
@@ -19,6 +27,10 @@ __all__ = [
     "STAMP_COLUMNS", "PostgresQueue", "insert_job", "job_info", "stamp_columns",
 ]  # fmt: skip
 
+
+# The last_error of the dead letters the engine makes itself: core's texts, bound.
+_LAPSED = stored(LAPSED_ON_LAST_ATTEMPT)
+_EXPIRED = stored(EXPIRED)
 
 STAMP_COLUMNS = (
     "queue", "priority", "run_at", "delay", "expires_in", "max_attempts", "visibility",
@@ -70,7 +82,10 @@ class PostgresQueue(Queue):
 
     def _claim(self, worker_id: str, n: int) -> list[Job]:
         sql = self._store.sql
-        params = {"queue": self._key, "worker": stored(worker_id), "n": n}
+        params = {
+            "queue": self._key, "worker": stored(worker_id), "n": n,
+            "lapsed": _LAPSED,
+        }  # fmt: skip
         with translate(f"claim from {self.name!r}"), self._store.connection() as connection:
             # One round trip: pipelined statements before the sync run as one
             # implicit transaction, so a lapsed job is claimable by this claim.
@@ -79,7 +94,6 @@ class PostgresQueue(Queue):
                 connection.execute(sql.lapsed_to_pending, params)
                 claimed = connection.execute(sql.claim, params)
             rows = claimed.fetchall()
-        rows.sort(key=lambda row: (-row[2], row[5], row[0]))
         return [
             Job(
                 queue=self,
@@ -124,7 +138,8 @@ class PostgresQueue(Queue):
         return None if dead is None else job_info(dead, dead=True)
 
     def _sweep_expired(self) -> int:
-        sql, params = self._store.sql, {"queue": self._key}
+        sql = self._store.sql
+        params = {"queue": self._key, "lapsed": _LAPSED, "expired": _EXPIRED}
         with translate(f"sweep {self.name!r}"), self._store.in_transaction() as connection:
             moved = connection.execute(sql.expired_to_dead, params).rowcount
             connection.execute(sql.lapsed_to_dead, params)

@@ -265,9 +265,8 @@ class Statements:
             "SELECT id FROM {s}.jobs WHERE queue_key = {queue_key} AND deadline < {now} "
             "AND attempts >= max_attempts FOR UPDATE SKIP LOCKED) "
             f"RETURNING {_MOVED}) "
-            f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) SELECT {_MOVED}, "
-            "'claim lapsed (visibility timeout) on the last of ' || max_attempts || "
-            "' attempts', {now} FROM moved"
+            f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) SELECT {_MOVED}, %(lapsed)s, {{now}} "
+            "FROM moved"
         )
         # attempts < max_attempts: each statement has its own now, and a job
         # lapsing between the two statements must still go to dead letters.
@@ -335,7 +334,7 @@ class Statements:
             f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE queue_key = {{queue_key}} "
             f"AND expires_at <= {{now}} RETURNING {_MOVED}) "
             f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) "
-            f"SELECT {_MOVED}, 'expired', {{now}} FROM moved"
+            f"SELECT {_MOVED}, %(expired)s, {{now}} FROM moved"
         )
         self.purge_dead = render(
             "DELETE FROM {s}.dead WHERE queue_key = {queue_key} AND retention_s IS NOT NULL "
