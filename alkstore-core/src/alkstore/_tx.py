@@ -171,6 +171,17 @@ class TxHandle(abc.ABC):
             "written through it after that"
         )
 
+    def _ended_by_its_caller(self) -> Closed:
+        """For engines: an adopted transaction the caller committed or rolled back
+        through its own connection. The handle ends with it (marked ended, and
+        forgotten by the store); return the error to raise."""
+        self.state = TxState.ENDED_ELSEWHERE
+        self._store._forget_tx(self)
+        return Closed(
+            "the caller's transaction this handle adopted has ended (committed or rolled "
+            "back through its connection); the handle is closed and writes nothing more"
+        )
+
     def __enter__(self) -> TxHandle:
         return self
 

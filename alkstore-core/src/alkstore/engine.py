@@ -245,6 +245,12 @@ class TestProvider(abc.ABC):
         ``close()``; the suite closes it."""
         raise NotImplementedError("this provider cannot open driver connections to adopt")
 
+    def other_storage_target(self, target: StoreTarget) -> StoreTarget:
+        """A target on storage other than ``target``'s (another file, another
+        database or schema), for the suite to check that ``adopt_tx`` refuses a
+        connection to it. Create it as :meth:`create_target` does; the suite drops it."""
+        raise NotImplementedError("this provider cannot make a target on other storage")
+
     def commit_behind_its_back(self, tx: TxHandle) -> None:
         """End ``tx``'s transaction through ``tx.execute`` in the engine's dialect
         (``COMMIT``), as a careless caller would; the engine may raise at once.
