@@ -10,7 +10,7 @@ from urllib.parse import parse_qsl, unquote
 
 from alkstore.engine import LIBPQ_KEYWORDS, settings_from_options
 
-__all__ = ["ACCEPTED_FORMS", "Settings", "parse_target"]
+__all__ = ["Settings", "parse_target"]
 
 Durability = Literal["normal", "full"]
 
@@ -83,11 +83,11 @@ def parse_target(target: str) -> tuple[str, dict[str, str]]:
     if _is_conninfo(path):
         raise ValueError(_CONNINFO_REFUSED)
     if not path:
-        raise ValueError(f"{target!r} names no file; {ACCEPTED_FORMS}")
+        raise ValueError(f"{target!r} names no file; {_ACCEPTED_FORMS}")
     return os.path.abspath(path), options
 
 
-ACCEPTED_FORMS = (
+_ACCEPTED_FORMS = (
     "a SQLite target is a file path ('app.db', '/srv/app.db') or a URL in SQLAlchemy's form: "
     "'sqlite:///relative.db' (relative to the working directory) or "
     "'sqlite:////abs/path.db' (absolute), options as a query string ('?durability=full')"
@@ -119,16 +119,16 @@ def _parse_url(scheme: str, rest: str) -> tuple[str, dict[str, str]]:
     The messages name the scheme, never the rest: a mistyped URL may hold a password.
     """
     if not rest.startswith("//"):
-        raise ValueError(f"a {scheme!r} URL must start '{scheme}///': {ACCEPTED_FORMS}")
+        raise ValueError(f"a {scheme!r} URL must start '{scheme}///': {_ACCEPTED_FORMS}")
     location, _, query = rest[2:].partition("?")
     host, slash, path = location.partition("/")
     if host:
         raise ValueError(
             f"a {scheme!r} URL names no host: write three slashes before a relative path "
-            f"and four before an absolute one; {ACCEPTED_FORMS}"
+            f"and four before an absolute one; {_ACCEPTED_FORMS}"
         )
     if not slash:
-        raise ValueError(f"'{scheme}//' names no file; {ACCEPTED_FORMS}")
+        raise ValueError(f"'{scheme}//' names no file; {_ACCEPTED_FORMS}")
     options = dict(parse_qsl(query, keep_blank_values=True, strict_parsing=bool(query)))
     return unquote(path), options
 
@@ -144,5 +144,5 @@ def _refuse_in_memory(target: str, path: str) -> None:
     if path.startswith("file:"):
         raise ValueError(
             f"{target!r}: SQLite 'file:' URIs are not accepted (their parameters could "
-            f"change what the store relies on); {ACCEPTED_FORMS}"
+            f"change what the store relies on); {_ACCEPTED_FORMS}"
         )
