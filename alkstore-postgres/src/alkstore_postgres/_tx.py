@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from alkstore import Closed, TxState
 from alkstore.engine import JobStamp, TxHandle
 from alkstore_postgres._errors import translate
 from alkstore_postgres._event_buffer import EventBuffer
@@ -180,7 +179,7 @@ class PostgresTx(TxHandle):
             if buffer is not None:
                 buffer.discard()
         if self._give_back is None:
-            raise _ended_by_its_caller(self)
+            raise self._ended_by_its_caller()
         self._end()
         raise self._ended_elsewhere()
 
@@ -188,16 +187,6 @@ class PostgresTx(TxHandle):
         if self._abandon is not None and self._give_back is not None:
             self._abandon.detach()
             self._give_back(self._connection)
-
-
-def _ended_by_its_caller(tx: TxHandle) -> Closed:
-    """An adopted transaction the caller committed or rolled back through its own
-    connection: the handle ends with it. Marks the handle ended; return the error."""
-    tx.state = TxState.ENDED_ELSEWHERE
-    return Closed(
-        "the caller's transaction this handle adopted has ended (committed or rolled back "
-        "through its connection); the handle is closed and writes nothing more"
-    )
 
 
 def _roll_back(

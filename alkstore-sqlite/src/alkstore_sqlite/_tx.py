@@ -9,7 +9,6 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from alkstore import Closed, TxState
 from alkstore.engine import JobStamp, TxHandle
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
@@ -121,7 +120,7 @@ class SQLiteTx(TxHandle):
             return
         self._pending_jobs.clear()
         if not self._owned:
-            raise _ended_by_its_caller(self)
+            raise self._ended_by_its_caller()
         self._end()
         raise self._ended_elsewhere()
 
@@ -129,16 +128,6 @@ class SQLiteTx(TxHandle):
         if self._abandon is not None:
             self._abandon.detach()
             self._store.pool.release(self._connection)
-
-
-def _ended_by_its_caller(tx: TxHandle) -> Closed:
-    """An adopted transaction the caller committed or rolled back through its own
-    connection: the handle ends with it. Marks the handle ended; return the error."""
-    tx.state = TxState.ENDED_ELSEWHERE
-    return Closed(
-        "the caller's transaction this handle adopted has ended (committed or rolled back "
-        "through its connection); the handle is closed and writes nothing more"
-    )
 
 
 def _roll_back_and_close(connection: sqlite3.Connection) -> None:

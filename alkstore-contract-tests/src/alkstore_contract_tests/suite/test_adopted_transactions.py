@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, cast
+from typing import Any
 
 import pytest
 
@@ -316,19 +316,13 @@ def test_closing_the_store_leaves_an_adopted_transaction_to_its_caller(
 # What adopt_tx refuses
 
 
-class _OtherStorage(Protocol):
-    """``TestProvider.other_storage_target``, typed here until core's TestProvider declares it."""
-
-    def other_storage_target(self, target: StoreTarget) -> StoreTarget: ...
-
-
 def test_a_connection_to_other_storage_is_refused_with_value_error_and_nothing_written(
     provider: TestProvider, store: alkstore.Store, peer: alkstore.Store, target: StoreTarget
 ) -> None:
     needs(provider, "driver_connection")
     needs(provider, "other_storage_target")
     try:
-        elsewhere = cast(_OtherStorage, provider).other_storage_target(target)
+        elsewhere = provider.other_storage_target(target)
     except NotImplementedError as exc:
         pytest.skip(f"the provider has no other storage: {exc}")
     try:

@@ -22,7 +22,6 @@ from typing import Any, ClassVar
 
 from alkstore import (
     SCHEDULER_LOCK,
-    Closed,
     ConsumerStats,
     JobInfo,
     JobState,
@@ -33,7 +32,6 @@ from alkstore import (
     ScheduleOpts,
     StreamEvent,
     StreamStats,
-    TxState,
 )
 from alkstore.engine import (
     EXPIRED,
@@ -209,8 +207,7 @@ class MemoryTx(TxHandle):
             return
         if not self.adopted:
             raise self._ended_elsewhere()
-        self.state = TxState.ENDED_ELSEWHERE
-        raise Closed("the caller's transaction this handle adopted has ended")
+        raise self._ended_by_its_caller()
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
         self._check_still_open()
