@@ -395,10 +395,11 @@ def test_a_schema_name_postgresql_cannot_hold_is_refused_by_option_name(dsn: str
 # match an index's key expression still scans the table: the plan tells.
 HOT_STATEMENTS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "claim": ({"queue": "q", "worker": "w", "n": 1}, ("jobs_ready",)),
+    "lapsed_to_dead": ({"queue": "q", "lapsed": "lapsed"}, ("jobs_claimed",)),
     "lapsed_to_pending": ({"queue": "q"}, ("jobs_claimed",)),
     "ack": ({"id": 1, "attempts": 1, "worker": "w"}, ("jobs_pkey",)),
     "next_ready": ({"queue": "q"}, ("jobs_ready", "jobs_claimed")),
-    "expired_to_dead": ({"queue": "q"}, ("jobs_expiring",)),
+    "expired_to_dead": ({"queue": "q", "expired": "expired"}, ("jobs_expiring",)),
     "get_live": ({"id": 1, "queue": "q"}, ("jobs_pkey",)),
     "purge_dead": ({"queue": "q"}, ("dead_by_queue",)),
     "publish": (

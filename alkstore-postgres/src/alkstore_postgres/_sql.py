@@ -387,6 +387,8 @@ class Statements:
             'WHERE o."offset" < excluded."offset"'
         )
         self.notify = "SELECT pg_notify(%(channel)s, %(key)s)"
+        # Whether a connection (one adopt_tx is given) reaches this store's schema.
+        self.has_jobs_table = render("SELECT to_regclass({jobs_table}) IS NOT NULL")
         self.try_lock = render(
             "INSERT INTO {s}.locks AS l (name_key, name, owner, expires_at) "
             "VALUES ({name_key}, %(name)s, %(owner)s, {now} + %(ttl)s) "

@@ -10,7 +10,6 @@ from typing import Any
 
 import psycopg
 import psycopg_pool
-from psycopg import sql
 
 from alkstore import Closed, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import (
@@ -211,15 +210,14 @@ class PostgresStore(Store):
                 existing, now = PlacedSchedule(row[0], row[1], row[2]), row[3]
             placed = place_schedule(existing, spec, interval_s, now)
             connection.execute(
-                    self.sql.upsert_schedule,
-                    {
-                        "name": stored(name), "spec": spec, "interval": interval_s,
-                        "queue": stored(queue), "payload": payload_json,
-                        "priority": opts.priority, "max_attempts": opts.max_attempts,
-                        "expires": opts.expires, "anchor": placed.anchor,
-                        "next": placed.next_fire_at,
-                    },
-                )  # fmt: skip
+                self.sql.upsert_schedule,
+                {
+                    "name": stored(name), "spec": spec, "interval": interval_s,
+                    "queue": stored(queue), "payload": payload_json, "priority": opts.priority,
+                    "max_attempts": opts.max_attempts, "expires": opts.expires,
+                    "anchor": placed.anchor, "next": placed.next_fire_at,
+                },
+            )  # fmt: skip
             connection.execute(self.sql.notify, self.wake_params(SCHEDULES_WAKE_KEY))
         return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
 
@@ -257,9 +255,8 @@ class PostgresStore(Store):
     def _adopt_tx(self, connection: Any) -> TxHandle:
         if not isinstance(connection, psycopg.Connection):
             raise TypeError(f"adopt_tx needs a psycopg.Connection, not {type(connection).__name__}")
-        jobs = sql.Identifier(self.settings.schema, "jobs").as_string(None)
         with translate("inspect the adopted connection"):
-            found = connection.execute("SELECT to_regclass(%s) IS NOT NULL", (jobs,)).fetchone()
+            found = connection.execute(self.sql.has_jobs_table).fetchone()
             if not found or not found[0]:
                 raise ValueError(
                     f"adopt_tx: the connection's database has no alkstore schema "
