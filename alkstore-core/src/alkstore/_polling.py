@@ -156,6 +156,23 @@ class PollingWatcher:
 
     ``target`` names the storage in messages and the thread's name (never
     with a password); ``reads`` names what the source reads ("the file").
+    Wiring it into an engine's store::
+
+        self._watcher = PollingWatcher(
+            NoticesSource(dsn), target=redact(dsn), log=log,
+            interval_s=0.05, start_timeout_s=settings.connect_timeout_s,
+        )
+
+        def _watch(self, key: str) -> WakeReceiver:
+            return self._watcher.subscribe(key)
+
+        def _notify(self, channel: str, payload_json: str) -> None:
+            ...  # insert the notice and commit
+            self._watcher.poke()
+
+        def _close(self) -> None:
+            self._watcher.stop()
+            ...
     """
 
     def __init__(
