@@ -387,8 +387,10 @@ class Statements:
             'WHERE o."offset" < excluded."offset"'
         )
         self.notify = "SELECT pg_notify(%(channel)s, %(key)s)"
-        # Whether a connection (one adopt_tx is given) reaches this store's schema.
-        self.has_jobs_table = render("SELECT to_regclass({jobs_table}) IS NOT NULL")
+        # Which storage a connection reaches: the jobs table's oid (NULL where the
+        # schema has none; oids are unique across a cluster's databases) and the
+        # database's name. adopt_tx compares a connection's with the store's.
+        self.storage = render("SELECT to_regclass({jobs_table})::oid, current_database()")
         self.try_lock = render(
             "INSERT INTO {s}.locks AS l (name_key, name, owner, expires_at) "
             "VALUES ({name_key}, %(name)s, %(owner)s, {now} + %(ttl)s) "

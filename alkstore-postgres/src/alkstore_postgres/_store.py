@@ -73,6 +73,8 @@ class PostgresStore(Store):
         try:
             with translate(f"preparing schema {settings.schema!r}"):
                 migrate(first, settings.schema)
+                self._storage: tuple[Any, ...] | None = first.execute(self.sql.storage).fetchone()
+                """Which storage the store is in (see ``Statements.storage``), for adopt_tx."""
         finally:
             first.close()
         quiet_pool_noise()
@@ -256,11 +258,17 @@ class PostgresStore(Store):
         if not isinstance(connection, psycopg.Connection):
             raise TypeError(f"adopt_tx needs a psycopg.Connection, not {type(connection).__name__}")
         with translate("inspect the adopted connection"):
-            found = connection.execute(self.sql.has_jobs_table).fetchone()
-            if not found or not found[0]:
+            found = connection.execute(self.sql.storage).fetchone()
+            if found is None or found[0] is None:
                 raise ValueError(
                     f"adopt_tx: the connection's database has no alkstore schema "
                     f"{self.settings.schema!r}; is it the store's database?"
+                )
+            if found != self._storage:
+                raise ValueError(
+                    f"adopt_tx: the connection reaches database {found[1]!r}, whose schema "
+                    f"{self.settings.schema!r} is not this store's ({self.location}); adopt "
+                    "a connection to the store's own database"
                 )
             if connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                 connection.execute("BEGIN")
