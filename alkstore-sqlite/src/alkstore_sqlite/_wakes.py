@@ -77,10 +77,12 @@ class _FileSource(WakeSource):
         return FolderWaiter(os.path.dirname(self._path))
 
     def open(self) -> None:
-        """Raises:
-        WatchedFileChanged: there is no file at the path.
-        Database: the file could not be opened (the driver's error chained).
-        sqlite3.Error: the starting point could not be read.
+        """Take the file's identity (at the first try), connect and read the starting point.
+
+        Raises:
+            WatchedFileChanged: there is no file at the path.
+            Database: the file could not be opened (the driver's error chained).
+            sqlite3.Error: the starting point could not be read.
         """
         if self._identity is None:
             # Identity first: a swap after this moment is seen at the first look,
