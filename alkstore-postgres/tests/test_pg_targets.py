@@ -6,6 +6,8 @@ port, and its Unix socket directory as the server reports it.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -119,6 +121,18 @@ def test_a_url_without_a_host_uses_libpqs_environment(
     _works(store)
     assert _connected_host(store) == server.socket_dir
     assert store.location.startswith(f"PostgreSQL at {server.socket_dir}/.s.PGSQL.")
+
+
+def test_the_package_imports_psycopg_only_when_a_store_or_settings_is_asked_for() -> None:
+    code = (
+        "import sys, alkstore_postgres\n"
+        "assert 'psycopg' not in sys.modules, 'importing the engine imported psycopg'\n"
+        "from alkstore_postgres import PostgresStore, Settings\n"
+        "assert 'psycopg' in sys.modules and PostgresStore.__name__ == 'PostgresStore'\n"
+        "assert Settings().schema == 'alkstore'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
 
 
 def test_engine_options_in_a_url_are_text_converted_and_checked_as_keywords_are() -> None:

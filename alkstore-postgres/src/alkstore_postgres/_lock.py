@@ -47,14 +47,12 @@ class PostgresLock(Lock):
 
     _store: PostgresStore
 
-    def _params(self, **extra: object) -> dict[str, object]:
-        return {"name": stored(self.name), "owner": stored(self.owner), **extra}
-
     def _renew(self, ttl_s: float) -> bool:
         with translate(f"renew lock {self.name!r}"), self._store.connection() as connection:
             return renew(self._store, connection, self.name, self.owner, ttl_s)
 
     def _release(self) -> bool:
         with translate(f"release lock {self.name!r}"), self._store.connection() as connection:
-            row = connection.execute(self._store.sql.release_lock, self._params()).fetchone()
+            params = {"name": stored(self.name), "owner": stored(self.owner)}
+            row = connection.execute(self._store.sql.release_lock, params).fetchone()
         return row is not None and bool(row[0])

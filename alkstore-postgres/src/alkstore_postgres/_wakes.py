@@ -262,7 +262,9 @@ class Listener:
             self._listening = set()  # subscribers from now on wait for their LISTEN
             wanted = sorted(identifier for identifier, n in self._users.items() if n)
         try:
-            _run_all(connection, (_listen(identifier) for identifier in wanted))
+            _run_all(
+                connection, (_LISTEN.format(sql.Identifier(identifier)) for identifier in wanted)
+            )
         except BaseException:
             with contextlib.suppress(psycopg.Error):
                 connection.close()
@@ -327,7 +329,7 @@ class Listener:
                 if listened:
                     return None
                 joining.add(identifier)
-                return _listen(identifier)
+                return _LISTEN.format(sql.Identifier(identifier))
             if not listened or self._users.get(identifier):
                 return None  # never listened, or a receiver came back since the close
             self._listening.discard(identifier)
@@ -365,10 +367,6 @@ class Listener:
             keys.append(payload_key(notice.extra.decode()))
         if keys:
             self._fanout.deliver(keys)
-
-
-def _listen(identifier: str) -> sql.Composable:
-    return _LISTEN.format(sql.Identifier(identifier))
 
 
 def _run_all(connection: psycopg.Connection, statements: Iterable[sql.Composable]) -> None:
