@@ -192,6 +192,8 @@ def test_the_example_engine_passes_the_whole_suite_from_an_empty_folder(
             {
                 "test_fired_boundaries_stay_on_the_grid_and_never_drift",
                 "test_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward",
+                # core's loop fires the next missed boundary only where the schedule still is
+                "test_a_few_missed_boundaries_are_all_caught_up",
             },
         ),
         (
