@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from alkstore_postgres._throwaway import throwaway_cluster
+from alkstore_postgres.testing import throwaway_cluster
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -31,7 +31,7 @@ import pytest
 
 import alkstore
 from alkstore import EnqueueOpts, StreamEvent
-from alkstore_postgres._throwaway import ThrowawayServer, throwaway_cluster
+from alkstore_postgres.testing import ThrowawayServer, throwaway_cluster
 
 PASSWORD = "outage-pa55word-never-logged"
 OUTAGE_S = 5.0

@@ -16,7 +16,7 @@ from psycopg import sql
 
 import alkstore
 from alkstore_postgres import PostgresStore
-from alkstore_postgres._throwaway import ThrowawayServer, throwaway_cluster
+from alkstore_postgres.testing import ThrowawayServer, throwaway_cluster
 
 OpenStore = Callable[..., PostgresStore]
 

@@ -16,7 +16,7 @@ import alkstore
 from alkstore import RECONNECT_CHANNEL, Wake
 from alkstore_postgres import PostgresStore
 from alkstore_postgres._names import channel_identifier
-from alkstore_postgres._throwaway import ThrowawayServer
+from alkstore_postgres.testing import ThrowawayServer
 
 OpenStore = Callable[..., PostgresStore]
 

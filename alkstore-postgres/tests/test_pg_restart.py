@@ -8,7 +8,7 @@ import contextlib
 import alkstore
 from alkstore import RECONNECT_CHANNEL, Wake
 from alkstore_postgres import PostgresStore
-from alkstore_postgres._throwaway import ThrowawayServer
+from alkstore_postgres.testing import ThrowawayServer
 
 
 def test_a_server_restart_loses_nothing_and_fails_no_later_call(

@@ -41,7 +41,6 @@ from alkstore._inspect import Inspector
 from alkstore._job import Job
 from alkstore._lock import Lock
 from alkstore._names import SCHEDULES_WAKE_KEY, queue_wake_key, stream_wake_key
-from alkstore._options import option_seconds
 from alkstore._polling import PollingWatcher, WakeSource
 from alkstore._queue import EXPIRED, LAPSED_ON_LAST_ATTEMPT, Queue
 from alkstore._receivers import BufferedWakeReceiver, WakeReceiver
@@ -83,7 +82,6 @@ __all__ = [
     "decode",
     "load_engine",
     "offset_past_head",
-    "option_seconds",
     "place_schedule",
     "queue_wake_key",
     "redact",
@@ -209,8 +207,9 @@ class TestProvider(abc.ABC):
     the suite's scheduler tests need one of a second or less to stay fast."""
 
     def write_business_row(self, tx: TxHandle, key: str) -> None:
-        """Write one business row identified by ``key`` with ``tx.execute``,
-        in the engine's dialect (creating a table first if need be)."""
+        """Write one business row identified by ``key`` with ``tx.execute``, in the
+        engine's dialect. Make its table in :meth:`create_target`, never here: DDL
+        inside the transaction commits it on some databases (MariaDB, MySQL)."""
         raise NotImplementedError("this provider cannot write business rows")
 
     def business_rows(self, store: Store) -> set[str]:
@@ -246,8 +245,8 @@ class TestProvider(abc.ABC):
         raise NotImplementedError("this provider cannot open driver connections to adopt")
 
     def other_storage_target(self, target: StoreTarget) -> StoreTarget:
-        """A target on storage other than ``target``'s (another file, another
-        database or schema), for the suite to check that ``adopt_tx`` refuses a
+        """A target on storage that ``target``'s connections do not reach (another
+        file, another database), for the suite to check that ``adopt_tx`` refuses a
         connection to it. Create it as :meth:`create_target` does; the suite drops it."""
         raise NotImplementedError("this provider cannot make a target on other storage")
 

@@ -43,7 +43,7 @@ class PostgresEngine(Engine):
         return PostgresStore(conninfo, address, settings)
 
     def test_provider(self, options: Mapping[str, str]) -> TestProvider:
-        from alkstore_postgres._testing import PostgresTestProvider  # noqa: PLC0415
+        from alkstore_postgres.testing import PostgresTestProvider  # noqa: PLC0415
 
         return PostgresTestProvider(self, options)
 

@@ -44,6 +44,6 @@ class SQLiteEngine(Engine):
         return SQLiteStore(path, settings)
 
     def test_provider(self, options: Mapping[str, str]) -> TestProvider:
-        from alkstore_sqlite._testing import SQLiteTestProvider  # noqa: PLC0415
+        from alkstore_sqlite.testing import SQLiteTestProvider  # noqa: PLC0415
 
         return SQLiteTestProvider(self, options)

@@ -1,4 +1,9 @@
-"""The contract suite's test provider: a fresh schema per store.
+"""What tests of the engine, and of applications on it, need.
+
+``PostgresTestProvider`` is the contract suite's provider: a fresh schema per
+store. ``throwaway_cluster()`` starts a private PostgreSQL server from the
+machine's binaries for as long as its ``with`` block runs (a
+``ThrowawayServer``: its DSN, and ``stop()``/``start()`` for outage tests).
 
 The server is ``--alkstore-option dsn=...``, else ``ALKSTORE_PG_DSN``, else a
 throwaway cluster the provider makes with the machine's PostgreSQL binaries.
@@ -20,14 +25,16 @@ from psycopg import sql
 from alkstore.engine import Store, StoreTarget, TestProvider, TxHandle
 from alkstore_postgres._names import channel_identifier, stored
 from alkstore_postgres._sql import render, render_bound
-from alkstore_postgres._throwaway import throwaway_cluster
+from alkstore_postgres._throwaway import ThrowawayServer, throwaway_cluster
 
 if TYPE_CHECKING:
     from alkstore.engine import Engine
 
-__all__ = ["PostgresTestProvider"]
+__all__ = ["PostgresTestProvider", "ThrowawayServer", "throwaway_cluster"]
 
-_BUSINESS_TABLE = "CREATE TABLE IF NOT EXISTS {s}.business (key text NOT NULL)"
+_BUSINESS_TABLE = "CREATE SCHEMA {s}; CREATE TABLE {s}.business (key text NOT NULL)"
+"""Made with the target, before any transaction: DDL inside the business write
+would be no test of an engine that commits on DDL (MariaDB, MySQL)."""
 
 
 class PostgresTestProvider(TestProvider):
@@ -59,9 +66,11 @@ class PostgresTestProvider(TestProvider):
 
     def create_target(self) -> StoreTarget:
         schema = f"alkstore_test_{uuid.uuid4().hex[:16]}"
-        return StoreTarget(
+        target = StoreTarget(
             self.dsn, {"schema": schema, "scheduler_lease_s": self.scheduler_lease_s}
         )
+        self._sql(target, _BUSINESS_TABLE)
+        return target
 
     def drop_target(self, target: StoreTarget) -> None:
         self._sql(target, "DROP SCHEMA IF EXISTS {s} CASCADE")
@@ -100,13 +109,11 @@ class PostgresTestProvider(TestProvider):
 
     def write_business_row(self, tx: TxHandle, key: str) -> None:
         schema = tx._store.settings.schema  # type: ignore[attr-defined]
-        tx.execute(render_bound(_BUSINESS_TABLE, schema))
         tx.execute(render_bound("INSERT INTO {s}.business (key) VALUES (%s)", schema), (key,))
 
     def business_rows(self, store: Store) -> set[str]:
         schema = store.settings.schema  # type: ignore[attr-defined]
         with store.transaction() as tx:
-            tx.execute(render_bound(_BUSINESS_TABLE, schema))
             rows = tx.execute(render_bound("SELECT key FROM {s}.business", schema))
             return {row[0] for row in rows}
 
