@@ -34,31 +34,20 @@ class translate:  # noqa: N801 - used like the function it replaces: `with trans
         tb: TracebackType | None,
     ) -> None:
         if isinstance(exc, (psycopg.Error, psycopg_pool.PoolTimeout)):
-            raise Database(f"{self.action} failed: {_first_line(exc)}") from exc
+            raise Database(self._message(exc)) from exc
+
+    def _message(self, exc: BaseException) -> str:
+        return f"{self.action} failed: {_first_line(exc)}"
 
 
-class connect_errors:  # noqa: N801 - a context manager, like translate
-    """Re-raise psycopg errors met while connecting as ``Database`` naming
-    ``address`` (the parsed target's, never the DSN: no password) and libpq's reason."""
+class connect_errors(translate):  # noqa: N801 - a context manager, like translate
+    """Re-raise psycopg errors met while connecting to the server at ``address`` (the
+    parsed target's, never the DSN: no password) as ``Database`` with libpq's reason."""
 
-    __slots__ = ("address",)
+    __slots__ = ()
 
-    def __init__(self, address: str) -> None:
-        self.address = address
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if isinstance(exc, (psycopg.Error, psycopg_pool.PoolTimeout)):
-            raise Database(
-                f"cannot connect to PostgreSQL at {self.address}: {reason(exc)}"
-            ) from exc
+    def _message(self, exc: BaseException) -> str:
+        return f"cannot connect to PostgreSQL at {self.action}: {reason(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:
