@@ -10,9 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from alkstore import EnqueueOpts, QueueOpts, ScheduleOpts
-from alkstore._options import OUTBOX_QUEUE_OPTS
+from alkstore._options import OUTBOX_QUEUE_OPTS, option_seconds
 from alkstore._stamp import stamp_job
-from alkstore.engine import option_seconds
 
 NOT_NUMBERS = ["5", None, True, [1], object()]
 NOT_INTS = [1.0, "1", True, None]

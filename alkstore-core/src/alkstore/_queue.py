@@ -145,9 +145,14 @@ class Queue(abc.ABC):
 
     # Engine hooks: arguments are already checked, encoded and stamped.
 
-    @abc.abstractmethod
     def _enqueue(self, stamp: JobStamp, payload_json: str) -> int:
-        """Insert one job in its own transaction; return its id."""
+        """Insert one job in its own transaction; return its id.
+
+        By default, through a transaction of the engine's own (``_begin_tx`` and
+        ``_enqueue_tx``); an engine overrides it when one statement does it faster.
+        """
+        with self._store._begin_tx() as tx:
+            return tx._enqueue_tx(self.name, stamp, payload_json)
 
     @abc.abstractmethod
     def _claim(self, worker_id: str, n: int) -> list[Job]:

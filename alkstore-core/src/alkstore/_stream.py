@@ -104,9 +104,14 @@ class Stream(abc.ABC):
 
     # Engine hooks: arguments are already checked and encoded.
 
-    @abc.abstractmethod
     def _publish(self, key: str | None, payload_json: str) -> int:
-        """Append one event in its own transaction; return its offset."""
+        """Append one event in its own transaction; return its offset.
+
+        By default, through a transaction of the engine's own (``_begin_tx`` and
+        ``_publish_tx``); an engine overrides it when one statement does it faster.
+        """
+        with self._store._begin_tx() as tx:
+            return tx._publish_tx(self.name, key, payload_json)
 
     @abc.abstractmethod
     def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
@@ -116,12 +121,14 @@ class Stream(abc.ABC):
     def _get_offset(self, consumer: str) -> int:
         """Return the consumer's saved offset, 0 if none."""
 
-    @abc.abstractmethod
     def _save_offset(self, consumer: str, offset: int) -> bool:
         """Raise the consumer's offset to ``offset`` (positive) if higher; True if it moved.
 
-        Raises ``offset_past_head(...)`` for an offset past the stream's head.
+        Raises ``offset_past_head(...)`` for an offset past the stream's head. By
+        default, through a transaction of the engine's own (``_save_offset_tx``).
         """
+        with self._store._begin_tx() as tx:
+            return tx._save_offset_tx(self.name, consumer, offset)
 
 
 class EventReceiver(Receiver[StreamEvent]):

@@ -285,10 +285,6 @@ class MemoryQueue(Queue):
     def db(self) -> Database:
         return self._store.db
 
-    def _enqueue(self, stamp: JobStamp, payload_json: str) -> int:
-        with self._store.tx_class(self._store) as tx:
-            return tx._enqueue_tx(self.name, stamp, payload_json)
-
     def _claim(self, worker_id: str, n: int) -> list[Job]:
         now = time.time()
         with self.db.lock:
@@ -411,9 +407,6 @@ class MemoryQueue(Queue):
             row = self._held(job, now)
             if row is None:
                 return False
-            if row.attempts >= row.max_attempts:
-                self.db.to_dead(row, error, now)
-                return True
             row.deadline, row.run_at, row.last_error = None, now + delay_s, error
         self.db.wake({queue_wake_key(self.name)})
         return True
@@ -450,10 +443,6 @@ class MemoryQueue(Queue):
 class MemoryStream(Stream):
     _store: MemoryStore
 
-    def _publish(self, key: str | None, payload_json: str) -> int:
-        with self._store.tx_class(self._store) as tx:
-            return tx._publish_tx(self.name, key, payload_json)
-
     def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
         with self._store.db.lock:
             rows = [e for e in self._store.db.events if e[1] == self.name and e[0] > offset]
@@ -461,10 +450,6 @@ class MemoryStream(Stream):
 
     def _get_offset(self, consumer: str) -> int:
         return self._store.db.offsets.get((self.name, consumer), 0)
-
-    def _save_offset(self, consumer: str, offset: int) -> bool:
-        with self._store.tx_class(self._store) as tx:
-            return tx._save_offset_tx(self.name, consumer, offset)
 
 
 class MemoryLock(Lock):
