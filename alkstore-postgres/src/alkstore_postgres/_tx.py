@@ -64,6 +64,12 @@ class PostgresTx(TxHandle):
         return f"<{type(self).__name__} {self.state.value}, {sent}{held}>"
 
     @property
+    def schema(self) -> str:
+        """The schema of this transaction's store, for business SQL that joins
+        alkstore's tables (``{schema}.jobs``, ...)."""
+        return self._store.settings.schema
+
+    @property
     def connection(self) -> psycopg.Connection:
         """The ``psycopg.Connection`` this transaction runs on (begun, everything held sent)."""
         if self._pending:

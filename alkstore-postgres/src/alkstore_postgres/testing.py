@@ -25,7 +25,9 @@ from psycopg import sql
 from alkstore.engine import Store, StoreTarget, TestProvider, TxHandle
 from alkstore_postgres._names import channel_identifier, stored
 from alkstore_postgres._sql import render, render_bound
+from alkstore_postgres._store import PostgresStore
 from alkstore_postgres._throwaway import ThrowawayServer, throwaway_cluster
+from alkstore_postgres._tx import PostgresTx
 
 if TYPE_CHECKING:
     from alkstore.engine import Engine
@@ -108,13 +110,13 @@ class PostgresTestProvider(TestProvider):
             )
 
     def write_business_row(self, tx: TxHandle, key: str) -> None:
-        schema = tx._store.settings.schema  # type: ignore[attr-defined]
-        tx.execute(render_bound("INSERT INTO {s}.business (key) VALUES (%s)", schema), (key,))
+        assert isinstance(tx, PostgresTx)
+        tx.execute(render_bound("INSERT INTO {s}.business (key) VALUES (%s)", tx.schema), (key,))
 
     def business_rows(self, store: Store) -> set[str]:
-        schema = store.settings.schema  # type: ignore[attr-defined]
+        assert isinstance(store, PostgresStore)
         with store.transaction() as tx:
-            rows = tx.execute(render_bound("SELECT key FROM {s}.business", schema))
+            rows = tx.execute(render_bound("SELECT key FROM {s}.business", store.settings.schema))
             return {row[0] for row in rows}
 
     def expire_lock(self, target: StoreTarget, name: str) -> None:
@@ -143,8 +145,9 @@ class PostgresTestProvider(TestProvider):
         """
         probe_channel = f"break-wakes-{uuid.uuid4().hex}"
         with store.listen(probe_channel):
-            schema = store.settings.schema  # type: ignore[attr-defined]
-            statement = f'LISTEN "{channel_identifier(schema, probe_channel)}"'
+            assert isinstance(store, PostgresStore)
+            identifier = channel_identifier(store.settings.schema, probe_channel)
+            statement = sql.SQL("LISTEN {}").format(sql.Identifier(identifier)).as_string(None)
             with psycopg.connect(self.dsn, autocommit=True) as connection:
                 killed = connection.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
