@@ -47,15 +47,28 @@ log = logging.getLogger("alkstore.scheduler")
 
 @dataclass(frozen=True, slots=True)
 class DueSchedule:
-    """A schedule whose next boundary has come, as ``Store._due_schedules`` read it."""
+    """A schedule whose next boundary has come, as ``Store._due_schedules`` read it.
+
+    The fields follow a schedule row's columns, so an engine may build one
+    straight from a row: ``DueSchedule(*row)``.
+    """
 
     name: str
     interval_s: float
     queue: str
     payload_json: str
-    opts: ScheduleOpts
+    priority: int
+    max_attempts: int
+    expires_s: float | None
     next_fire_at: float
     """The boundary it is at (Unix seconds, the engine's clock)."""
+
+    @property
+    def opts(self) -> ScheduleOpts:
+        """The options each fire enqueues with."""
+        return ScheduleOpts(
+            priority=self.priority, max_attempts=self.max_attempts, expires=self.expires_s
+        )
 
 
 @dataclass(frozen=True, slots=True)

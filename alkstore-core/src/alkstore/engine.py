@@ -48,6 +48,7 @@ from alkstore._scheduler import DueSchedule, DueSchedules, Fired
 from alkstore._stamp import JobStamp
 from alkstore._store import Store
 from alkstore._stream import Stream, offset_past_head
+from alkstore._translate import DriverErrors
 from alkstore._tx import TxHandle
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "BufferedWakeReceiver",
     "Capabilities",
     "CommitCursor",
+    "DriverErrors",
     "DueSchedule",
     "DueSchedules",
     "Engine",

@@ -2,42 +2,19 @@
 
 from __future__ import annotations
 
-from types import TracebackType
-
 import psycopg
 import psycopg_pool
 
-from alkstore import Database
+from alkstore.engine import DriverErrors
 
 __all__ = ["connect_errors", "reason", "translate"]
 
 
-class translate:  # noqa: N801 - used like the function it replaces: `with translate(...)`
-    """Re-raise psycopg errors met while doing ``action`` as ``Database``, cause chained.
+class translate(DriverErrors):  # noqa: N801 - used like a function: `with translate(...)`
+    """Re-raise psycopg errors met while doing ``action`` as ``Database``, cause chained."""
 
-    A class rather than a generator-based context manager: it wraps every
-    statement, and entering it must cost next to nothing.
-    """
-
-    __slots__ = ("action",)
-
-    def __init__(self, action: str) -> None:
-        self.action = action
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if isinstance(exc, (psycopg.Error, psycopg_pool.PoolTimeout)):
-            raise Database(self._message(exc)) from exc
-
-    def _message(self, exc: BaseException) -> str:
-        return f"{self.action} failed: {_first_line(exc)}"
+    __slots__ = ()
+    driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
 
 
 class connect_errors(translate):  # noqa: N801 - a context manager, like translate
@@ -46,13 +23,8 @@ class connect_errors(translate):  # noqa: N801 - a context manager, like transla
 
     __slots__ = ()
 
-    def _message(self, exc: BaseException) -> str:
+    def message(self, exc: BaseException) -> str:
         return f"cannot connect to PostgreSQL at {self.action}: {reason(exc)}"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def reason(exc: BaseException) -> str:

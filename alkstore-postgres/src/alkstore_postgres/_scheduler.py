@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from alkstore import SCHEDULER_LOCK, ScheduleOpts
+from alkstore import SCHEDULER_LOCK
 from alkstore.engine import DueSchedule, DueSchedules, Fired, JobStamp, Lock
 from alkstore_postgres._errors import translate
 from alkstore_postgres._lock import renew
@@ -25,21 +25,9 @@ def due_schedules(store: PostgresStore) -> DueSchedules:
     return DueSchedules(now, [_due(*row) for row in rows])
 
 
-def _due(
-    name: str,
-    interval_s: float,
-    queue: str,
-    payload_json: str,
-    priority: int,
-    max_attempts: int,
-    expires_s: float | None,
-    next_fire_at: float,
-    *_: object,
-) -> DueSchedule:
-    opts = ScheduleOpts(priority=priority, max_attempts=max_attempts, expires=expires_s)
-    return DueSchedule(
-        unstored(name), interval_s, unstored(queue), payload_json, opts, next_fire_at
-    )
+def _due(name: str, interval_s: float, queue: str, *rest: Any) -> DueSchedule:
+    """A row of ``due_schedules`` (its last column is the server's now)."""
+    return DueSchedule(unstored(name), interval_s, unstored(queue), *rest[:-1])
 
 
 def fire_boundary(

@@ -14,10 +14,6 @@ import psycopg_pool
 from alkstore import Closed, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import (
     SCHEDULES_WAKE_KEY,
-    DueSchedule,
-    DueSchedules,
-    Fired,
-    JobStamp,
     Lock,
     PlacedSchedule,
     Store,
@@ -229,21 +225,10 @@ class PostgresStore(Store):
                 connection.execute(self.sql.delete_schedule, {"name": stored(name)}).rowcount == 1
             )
 
-    def _due_schedules(self) -> DueSchedules:
-        return due_schedules(self)
-
-    def _fire_boundary(
-        self,
-        lock: Lock,
-        schedule: DueSchedule,
-        boundary: float,
-        advance_to: float,
-        stamp: JobStamp,
-    ) -> Fired:
-        return fire_boundary(self, lock, schedule, boundary, advance_to, stamp)
-
-    def _until_next_fire(self) -> float | None:
-        return until_next_fire(self)
+    # The scheduler's storage primitives (core's loop calls them) live in _scheduler.
+    _due_schedules = due_schedules
+    _fire_boundary = fire_boundary
+    _until_next_fire = until_next_fire
 
     def _inspect(self) -> PostgresInspector:
         return PostgresInspector(self)

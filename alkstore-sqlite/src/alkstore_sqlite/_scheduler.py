@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from alkstore import SCHEDULER_LOCK, ScheduleOpts
+from alkstore import SCHEDULER_LOCK
 from alkstore.engine import DueSchedule, DueSchedules, Fired, JobStamp, Lock
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
@@ -23,22 +23,7 @@ def due_schedules(store: SQLiteStore) -> DueSchedules:
     now = time.time()
     with translate("read due schedules"), store.connection() as connection:
         rows = connection.execute(_sql.DUE_SCHEDULES, (now,)).fetchall()
-    return DueSchedules(now, [_due(*row) for row in rows])
-
-
-def _due(
-    name: str,
-    interval_s: float,
-    queue: str,
-    payload_json: str,
-    priority: int,
-    max_attempts: int,
-    expires_s: float | None,
-    next_fire_at: float,
-    *_: object,
-) -> DueSchedule:
-    opts = ScheduleOpts(priority=priority, max_attempts=max_attempts, expires=expires_s)
-    return DueSchedule(name, interval_s, queue, payload_json, opts, next_fire_at)
+    return DueSchedules(now, [DueSchedule(*row) for row in rows])
 
 
 def fire_boundary(

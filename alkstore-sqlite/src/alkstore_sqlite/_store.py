@@ -12,10 +12,6 @@ from typing import Any
 from alkstore import Database, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import (
     SCHEDULES_WAKE_KEY,
-    DueSchedule,
-    DueSchedules,
-    Fired,
-    JobStamp,
     Lock,
     PlacedSchedule,
     Store,
@@ -135,21 +131,10 @@ class SQLiteStore(Store):
         with translate(f"unschedule {name!r}"), self.connection() as connection:
             return connection.execute(_sql.DELETE_SCHEDULE, (name,)).rowcount == 1
 
-    def _due_schedules(self) -> DueSchedules:
-        return due_schedules(self)
-
-    def _fire_boundary(
-        self,
-        lock: Lock,
-        schedule: DueSchedule,
-        boundary: float,
-        advance_to: float,
-        stamp: JobStamp,
-    ) -> Fired:
-        return fire_boundary(self, lock, schedule, boundary, advance_to, stamp)
-
-    def _until_next_fire(self) -> float | None:
-        return until_next_fire(self)
+    # The scheduler's storage primitives (core's loop calls them) live in _scheduler.
+    _due_schedules = due_schedules
+    _fire_boundary = fire_boundary
+    _until_next_fire = until_next_fire
 
     def _inspect(self) -> SQLiteInspector:
         return SQLiteInspector(self)

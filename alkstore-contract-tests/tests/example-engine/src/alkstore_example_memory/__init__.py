@@ -635,8 +635,8 @@ class MemoryStore(Store):
         now = time.time()
         with self.db.lock:
             due = [
-                DueSchedule(name, s["interval_s"], s["queue"], s["payload"], s["opts"],
-                            s["placed"].next_fire_at)
+                DueSchedule(name, s["interval_s"], s["queue"], s["payload"], s["opts"].priority,
+                            s["opts"].max_attempts, s["opts"].expires, s["placed"].next_fire_at)
                 for name, s in self.db.schedules.items()
                 if s["placed"].next_fire_at <= now
             ]  # fmt: skip
