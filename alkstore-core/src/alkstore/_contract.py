@@ -34,8 +34,8 @@ def check_contract_version(declared: object, engine: str, distribution: str) -> 
     match = _VERSION.fullmatch(declared) if isinstance(declared, str) else None
     if match is None:
         raise EngineNotFound(
-            f"the alkstore engine {engine!r} ({distribution}) declares no engine contract "
-            f"version (contract_version = {declared!r}; expected 'MAJOR.MINOR', e.g. "
+            f"the alkstore engine {engine!r} ({distribution}) declares no valid engine "
+            f"contract version (contract_version = {declared!r}; expected 'MAJOR.MINOR', e.g. "
             f"{CONTRACT_VERSION!r}); it predates alkstore-core's contract checks: upgrade "
             f"{distribution}"
         )
