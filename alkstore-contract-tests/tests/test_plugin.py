@@ -44,7 +44,7 @@ def test_an_unknown_engine_fails_at_start_up_listing_the_installed_ones(
     result = pytester.runpytest_subprocess("--alkstore-engine=nosuch")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(
-        ["*--alkstore-engine=nosuch: no such engine is installed (installed: *postgres*sqlite*)*"]
+        ["*--alkstore-engine=nosuch: *'nosuch' engine*(installed engines: *postgres*sqlite*)*"]
     )
 
 

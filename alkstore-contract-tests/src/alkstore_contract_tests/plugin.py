@@ -96,14 +96,11 @@ def pytest_configure(config: pytest.Config) -> None:
     import alkstore  # noqa: PLC0415 - only when the suite is asked for
     from alkstore.engine import load_engine  # noqa: PLC0415
 
-    installed = alkstore.engines()
-    if name not in installed:
-        listed = ", ".join(sorted(installed)) or "none"
-        raise pytest.UsageError(
-            f"--alkstore-engine={name}: no such engine is installed (installed: {listed})"
-        )
+    try:
+        engine = load_engine(name)  # refuses one built for another contract, saying why
+    except alkstore.EngineNotFound as exc:
+        raise pytest.UsageError(f"--alkstore-engine={name}: {exc}") from exc
     options = _provider_options(config.getoption("alkstore_option"))
-    engine = load_engine(name)
     try:
         provider = engine.test_provider(options)
     except (NotImplementedError, ValueError) as exc:
