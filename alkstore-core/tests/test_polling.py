@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import alkstore
-from alkstore import Wake
+from alkstore import Wake, _polling
 from alkstore.engine import PollingWatcher, WakeSource
 
 LOGGER = "alkstore.tests.polling"
@@ -278,3 +278,34 @@ def test_an_event_driven_watcher_looks_at_most_once_per_interval_under_a_stream_
         time.sleep(0.002)
     assert notices.looks <= 7
     assert receiver.recv(5) == Wake("orders")
+
+
+def test_an_event_driven_watcher_finds_a_commit_readable_only_after_its_event(
+    watching: Watching, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file event comes with a commit's write, before its sync and its
+    # publication make it readable; the backup poll (30 s here) is too late.
+    monkeypatch.setattr(_polling, "_BACKUP_POLL_S", 30.0)
+    notices = EventNotices()
+    watcher = watching(notices, interval_s=0.001)
+    receiver = watcher.subscribe("orders")
+    for readable_after_s in (0.002, 0.01, 0.05):
+        time.sleep(0.2)  # the watcher is back to waiting for an event
+        watcher.poke()  # the commit's write
+        threading.Timer(readable_after_s, notices.commit, ["orders"]).start()
+        assert receiver.recv(5) == Wake("orders")
+
+
+def test_after_an_event_the_watcher_looks_again_a_few_times_then_only_at_the_backup_poll(
+    watching: Watching, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_polling, "_BACKUP_POLL_S", 30.0)
+    notices = EventNotices()
+    watcher = watching(notices, interval_s=0.001)
+    watcher.subscribe("orders")
+    watcher.poke()
+    time.sleep(0.6)
+    looks_after_the_event = notices.looks
+    time.sleep(0.6)
+    assert 2 <= looks_after_the_event <= 10
+    assert notices.looks == looks_after_the_event

@@ -15,7 +15,7 @@ import abc
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Protocol, TypeVar
 
 from alkstore._backoff import backoff_ceiling
@@ -28,6 +28,11 @@ __all__ = ["PollingWatcher", "Waiter", "WakeSource"]
 _BACKUP_POLL_S = 0.5
 """The poll of a watcher woken by every commit: it only guards against a missed
 event, and each look costs an idle store CPU."""
+_FOLLOW_UP_S = 0.1
+"""How long a watcher woken by an event keeps looking again: a commit's write
+raises the event before the commit can be read (its sync and its publication
+raise none), so the looks that follow it span longer than a sync usually takes."""
+_SHORTEST_FOLLOW_UP_S = 0.001
 _FIRST_PAUSE_S = 0.05
 _MAX_PAUSE_S = 1.0
 _READY_SLICE_S = 0.05
@@ -42,7 +47,10 @@ class Waiter(Protocol):
     @property
     def event_driven(self) -> bool:
         """True when every commit, by anyone, ends :meth:`wait` (as kernel file
-        events do): the watcher's poll then only backs up a missed event."""
+        events do): the watcher's poll then only backs up a missed event.
+
+        The commit may end it before it can be read (a file event comes with
+        its write, not its sync): the watcher looks again a few times after."""
 
     def wait(self, timeout: float) -> bool:
         """Sleep until woken or ``timeout`` seconds pass; False when the time passed."""
@@ -140,7 +148,9 @@ class PollingWatcher:
     - polled (the default waiter): every ``interval_s``, and at once when poked;
     - woken by every commit (an event-driven waiter, e.g. file events): when
       woken, at most once per ``interval_s`` (the next look covers the
-      commits made meanwhile), with a backup poll every
+      commits made meanwhile), then again at gaps doubling from
+      ``interval_s`` (at least 1 ms) for about 0.1 s, since an event may come
+      before its commit can be read; with a backup poll every
       ``max(interval_s, 0.5)`` seconds.
 
     A :meth:`WakeSource.transient` failure is an outage, not a death: one
@@ -290,17 +300,31 @@ class PollingWatcher:
 
     def _watch(self, waiter: Waiter) -> None:
         self._ready.set()
-        event_driven = waiter.event_driven
-        poll_s = max(self._interval_s, _BACKUP_POLL_S) if event_driven else self._interval_s
+        if waiter.event_driven:
+            self._watch_events(waiter)
+            return
         while not self._stopping.is_set():
-            woken = waiter.wait(poll_s)
-            keys = self._through_outages(waiter, self._source.look)
-            if keys:
-                self._fanout.deliver(keys)
-            if woken and event_driven:
+            waiter.wait(self._interval_s)
+            self._look(waiter)
+
+    def _watch_events(self, waiter: Waiter) -> None:
+        """Look when woken and a few times after; otherwise at the backup poll."""
+        backup_poll_s = max(self._interval_s, _BACKUP_POLL_S)
+        follow_ups: Iterator[float] = iter(())
+        looked_at = time.monotonic()
+        while not self._stopping.is_set():
+            if waiter.wait(next(follow_ups, backup_poll_s)):
                 # Under a stream of commits, look at most once per interval:
                 # the next look covers every commit made meanwhile.
-                self._stopping.wait(self._interval_s)
+                self._stopping.wait(max(0.0, looked_at + self._interval_s - time.monotonic()))
+                follow_ups = _follow_up_gaps(self._interval_s)
+            self._look(waiter)
+            looked_at = time.monotonic()
+
+    def _look(self, waiter: Waiter) -> None:
+        keys = self._through_outages(waiter, self._source.look)
+        if keys:
+            self._fanout.deliver(keys)
 
     def _through_outages(self, waiter: Waiter, read: Callable[[], _T]) -> _T | None:
         """``read()``, retried with a growing pause through transient failures; None once stopping.
@@ -332,6 +356,20 @@ class PollingWatcher:
             exc_info=None if isinstance(exc, Database) else exc,
         )
         self._fanout.fail(exc, f"{self._name} died: {exc}")
+
+
+def _follow_up_gaps(interval_s: float) -> Iterator[float]:
+    """The pauses before the looks that follow a wake: from the interval (at
+    least 1 ms), doubling, until the looks span ``_FOLLOW_UP_S``.
+
+    A look that finds the commit does not end them: the event may also stand
+    for a later commit, still syncing.
+    """
+    gap, spanned = max(interval_s, _SHORTEST_FOLLOW_UP_S), 0.0
+    while spanned < _FOLLOW_UP_S:
+        yield gap
+        spanned += gap
+        gap *= 2
 
 
 class _Outage:
