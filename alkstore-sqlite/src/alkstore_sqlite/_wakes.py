@@ -2,8 +2,11 @@
 
 It reads ``PRAGMA data_version`` on a connection of its own (which never
 writes, so every commit by any other connection, in any process, changes it)
-each time the database's folder changes (inotify, on Linux) and at least
-every ``watch_interval_s`` (every poll, where inotify is missing).
+each time one of the database's files changes (inotify, on Linux), again a
+few times over the next 0.1 s (the event comes with a commit's write to the
+WAL, before its sync and its wal-index update make it readable, and they
+raise none), and at least every backup poll; where inotify is missing, every
+``watch_interval_s``.
 After a change it reads what is new — notices, stream events, job rows — with
 indexed range queries, and wakes the receivers of exactly those channels.
 SQLite has one writer at a time, so ids are committed in the order they are
