@@ -150,3 +150,16 @@ def test_a_commit_by_another_process_through_its_own_connection_wakes_at_once(
             assert child.stdout.readline() == "committed\n"
             assert listening.recv(5) == Wake("orders")
         child.stdin.close()
+
+
+@linux_only
+def test_changes_to_other_files_in_the_folder_do_not_end_the_wait(tmp_path: Path) -> None:
+    waiter = FolderWaiter(str(tmp_path), name_prefix="app.db")
+    try:
+        (tmp_path / "server.log").write_bytes(b"a line")
+        (tmp_path / "other.db-wal").write_bytes(b"frame")
+        assert not waiter.wait(0.2)
+        (tmp_path / "app.db-wal").write_bytes(b"frame")
+        assert waiter.wait(10)
+    finally:
+        waiter.close()

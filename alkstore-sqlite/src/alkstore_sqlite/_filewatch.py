@@ -2,9 +2,10 @@
 
 On Linux an inotify descriptor on the database's folder wakes the watcher
 as soon as a commit writes the WAL file, so an idle store costs almost no
-CPU and a wake costs no polling delay. Elsewhere (or if inotify is not
-available) it degrades to sleeping for the timeout. Either way a local
-``poke`` ends the sleep at once.
+CPU and a wake costs no polling delay; changes to other files in the folder
+are read and ignored. Elsewhere (or if inotify is not available) it
+degrades to sleeping for the timeout. Either way a local ``poke`` ends the
+sleep at once.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ import ctypes
 import ctypes.util
 import os
 import select
+import struct
 import sys
 import threading
+import time
 
 __all__ = ["FolderWaiter"]
 
@@ -24,16 +27,22 @@ _IN_CREATE = 0x00000100
 _IN_MOVED_FROM = 0x00000040
 _IN_MOVED_TO = 0x00000080
 _IN_DELETE = 0x00000200
+_IN_Q_OVERFLOW = 0x00004000
+_IN_IGNORED = 0x00008000
 _IN_NONBLOCK = 0o4000
 _IN_CLOEXEC = 0o2000000
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
 
 
 class FolderWaiter:
-    """``wait(timeout)`` returns when a file in ``folder`` is written, created,
-    moved or deleted, on ``poke``, or when ``timeout`` passes: the waiter of
-    core's ``PollingWatcher`` for the SQLite engine."""
+    """``wait(timeout)`` returns when a file in ``folder`` whose name starts
+    with ``name_prefix`` is written, created, moved or deleted, on ``poke``,
+    or when ``timeout`` passes: the waiter of core's ``PollingWatcher`` for the
+    SQLite engine, given the database's name (its -wal, -shm and -journal
+    files share it)."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, name_prefix: str = "") -> None:
+        self._name_prefix = os.fsencode(name_prefix)
         self._poke_read, self._poke_write = os.pipe()
         os.set_blocking(self._poke_read, False)
         os.set_blocking(self._poke_write, False)
@@ -51,10 +60,29 @@ class FolderWaiter:
     def wait(self, timeout: float) -> bool:
         """Sleep until a change, a poke or ``timeout``; False when the timeout passed."""
         sources = [self._poke_read] if self._inotify is None else [self._poke_read, self._inotify]
-        ready, _, _ = select.select(sources, [], [], timeout)
-        for source in ready:
-            _drain(source)
-        return bool(ready)
+        deadline = time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select(sources, [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return False
+            woken = False
+            for source in ready:
+                events = _drain(source)
+                woken |= source == self._poke_read or self._concern_the_files(events)
+            if woken:
+                return True
+
+    def _concern_the_files(self, events: bytes) -> bool:
+        """Whether inotify ``events`` touch a watched file, or may have (the queue overflowed)."""
+        concerned = False
+        offset = 0
+        while offset < len(events):
+            _, mask, _, length = _EVENT.unpack_from(events, offset)
+            name = events[offset + _EVENT.size : offset + _EVENT.size + length]
+            offset += _EVENT.size + length
+            concerned |= bool(mask & (_IN_Q_OVERFLOW | _IN_IGNORED))
+            concerned |= name.rstrip(b"\0").startswith(self._name_prefix)
+        return concerned
 
     def poke(self) -> None:
         with self._lock:
@@ -90,7 +118,10 @@ def _inotify_on(folder: str) -> int | None:
     return int(descriptor)
 
 
-def _drain(descriptor: int) -> None:
+def _drain(descriptor: int) -> bytes:
+    """Everything the non-blocking ``descriptor`` has to read (whole inotify events)."""
+    chunks: list[bytes] = []
     with contextlib.suppress(BlockingIOError):
-        while os.read(descriptor, 65536):
-            pass
+        while chunk := os.read(descriptor, 65536):
+            chunks.append(chunk)
+    return b"".join(chunks)

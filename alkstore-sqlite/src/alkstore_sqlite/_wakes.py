@@ -77,7 +77,8 @@ class _FileSource(WakeSource):
         self._reader: _Reader | None = None
 
     def waiter(self) -> FolderWaiter:
-        return FolderWaiter(os.path.dirname(self._path))
+        folder, name = os.path.split(self._path)
+        return FolderWaiter(folder, name_prefix=name)
 
     def open(self) -> None:
         """Take the file's identity (at the first try), connect and read the starting point.
