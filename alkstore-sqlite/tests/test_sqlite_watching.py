@@ -163,3 +163,26 @@ def test_changes_to_other_files_in_the_folder_do_not_end_the_wait(tmp_path: Path
         assert waiter.wait(10)
     finally:
         waiter.close()
+
+
+@linux_only
+def test_a_store_opened_through_a_symbolic_link_wakes_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite writes the WAL next to the file the link leads to, not next to the link.
+    monkeypatch.setattr(_polling, "_BACKUP_POLL_S", 30.0)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "links").mkdir()
+    real, link = tmp_path / "data" / "app.db", tmp_path / "links" / "app.db"
+    alkstore.open(real).close()
+    link.symlink_to(real)
+    store, peer = alkstore.open(link), alkstore.open(real)
+    try:
+        with store.listen("orders") as wakes:
+            for number in range(COMMITS):
+                settle()
+                peer.notify("orders", number)
+                assert wakes.recv(5) == Wake("orders")
+    finally:
+        store.close()
+        peer.close()

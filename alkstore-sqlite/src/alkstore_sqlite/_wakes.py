@@ -77,7 +77,8 @@ class _FileSource(WakeSource):
         self._reader: _Reader | None = None
 
     def waiter(self) -> FolderWaiter:
-        folder, name = os.path.split(self._path)
+        # SQLite follows symbolic links: the WAL is written next to the file they lead to.
+        folder, name = os.path.split(os.path.realpath(self._path))
         return FolderWaiter(folder, name_prefix=name)
 
     def open(self) -> None:
