@@ -586,3 +586,24 @@ def test_saving_offset_zero_never_reaches_the_engine(store: RecordingStore) -> N
         assert tx.save_offset_tx("s", "c", 0) is False
     assert store.calls_of("save_offset") == []
     assert not [call for call in store.calls if call[0] == "save_offset_tx"]
+
+
+class _ClosesItsStoreMidEnqueue(RecordingTx):
+    def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        self._store.close()  # as another thread would, between begin and commit
+        return super()._enqueue_tx(queue, stamp, payload_json)
+
+
+class _DefaultEnqueueQueue(RecordingQueue):
+    _enqueue = Queue._enqueue  # core's default: one transaction of the engine's own
+
+
+def test_a_default_enqueue_cut_short_by_close_is_rolled_back_not_left_open(
+    store: RecordingStore,
+) -> None:
+    store._begin_tx = lambda: _ClosesItsStoreMidEnqueue(store)  # type: ignore[method-assign]
+    queue = _DefaultEnqueueQueue(store, "q", QueueOpts())
+    with pytest.raises(alkstore.Closed):
+        queue.enqueue({"n": 1})
+    assert ("rollback",) in store.calls
+    assert ("commit",) not in store.calls

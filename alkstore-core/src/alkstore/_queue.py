@@ -151,7 +151,7 @@ class Queue(abc.ABC):
         By default, through a transaction of the engine's own (``_begin_tx`` and
         ``_enqueue_tx``); an engine overrides it when one statement does it faster.
         """
-        with self._store._begin_tx() as tx:
+        with self._store.begin_tx() as tx:
             return tx._enqueue_tx(self.name, stamp, payload_json)
 
     @abc.abstractmethod

@@ -58,7 +58,7 @@ class DueSchedule:
     queue: str
     payload_json: str
     priority: int
-    max_attempts: int
+    max_attempts: int | None
     expires_s: float | None
     next_fire_at: float
     """The boundary it is at (Unix seconds, the engine's clock)."""

@@ -356,7 +356,8 @@ class Store(abc.ABC):
         advance_to: float,
         stamp: JobStamp,
     ) -> Fired:
-        """Fire one boundary in ONE transaction, or write nothing.
+        """Fire one boundary in ONE transaction, or write nothing but (at most) the
+        lock's renewal.
 
         Renew ``lock`` for ``lock.ttl_s`` (only its unexpired holder can), else
         return ``Fired.NOT_LEADER``; move the schedule from ``boundary`` to

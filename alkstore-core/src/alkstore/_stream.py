@@ -110,7 +110,7 @@ class Stream(abc.ABC):
         By default, through a transaction of the engine's own (``_begin_tx`` and
         ``_publish_tx``); an engine overrides it when one statement does it faster.
         """
-        with self._store._begin_tx() as tx:
+        with self._store.begin_tx() as tx:
             return tx._publish_tx(self.name, key, payload_json)
 
     @abc.abstractmethod
@@ -127,7 +127,7 @@ class Stream(abc.ABC):
         Raises ``offset_past_head(...)`` for an offset past the stream's head. By
         default, through a transaction of the engine's own (``_save_offset_tx``).
         """
-        with self._store._begin_tx() as tx:
+        with self._store.begin_tx() as tx:
             return tx._save_offset_tx(self.name, consumer, offset)
 
 

@@ -55,6 +55,7 @@ class TxHandle(abc.ABC):
         self._store = store
         self.state = TxState.OPEN
         self._ending = threading.Lock()  # commit, rollback and the store's close race
+        self._rolled_back_by_close = False
 
     @property
     def active(self) -> bool:
@@ -158,6 +159,7 @@ class TxHandle(abc.ABC):
                 log.warning("rolling back %r while closing its store failed", self, exc_info=True)
             finally:
                 self.state = TxState.ROLLED_BACK
+                self._rolled_back_by_close = True
 
     def _ended_elsewhere(self) -> Database:
         """For engines: the driver says the transaction already ended (a COMMIT or
@@ -191,6 +193,9 @@ class TxHandle(abc.ABC):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self._rolled_back_by_close and exc_type is None:
+            # The block ran to its end, but nothing of it was committed: say so.
+            raise Closed(f"{self._store!r} closed and rolled this transaction back")
         if not self.active:
             return
         if exc_type is None:

@@ -260,7 +260,7 @@ class MemoryTx(TxHandle):
         self._check_still_open()
         if sql == "COMMIT":
             self._connection.commit()
-            raise self._ended_elsewhere()
+            raise self._ended_by_its_caller() if self.adopted else self._ended_elsewhere()
         if sql == "INSERT":
             key = str(params[0])
             self._connection.writes.append(lambda: self.db.business.add(key))
@@ -646,7 +646,7 @@ class MemoryStore(Store):
         self, lock: Lock, schedule: DueSchedule, boundary: float, advance_to: float,
         stamp: JobStamp,
     ) -> Fired:  # fmt: skip
-        with self.tx_class(self) as tx:  # holds the database until it commits
+        with self.begin_tx() as tx:  # holds the database until it commits
             holder = self.db.locks.get(SCHEDULER_LOCK)
             if holder is None or holder[0] != lock.owner or holder[1] <= time.time():
                 return Fired.NOT_LEADER
