@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import alkstore
-from alkstore import Wake, WakeReceiver, _polling
-from alkstore_sqlite import SQLiteStore, _filewatch
+from alkstore import Wake, WakeReceiver
+from alkstore_sqlite import SQLiteStore, _filewatch, _wakes
 from alkstore_sqlite._filewatch import FolderWaiter
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
@@ -82,7 +82,7 @@ def settle() -> None:
 @pytest.fixture
 def listening(store: SQLiteStore, monkeypatch: pytest.MonkeyPatch) -> Iterator[WakeReceiver]:
     """The store listening to "orders", its watcher's backup poll made 30 s long."""
-    monkeypatch.setattr(_polling, "_BACKUP_POLL_S", 30.0)
+    monkeypatch.setattr(_wakes, "BACKUP_POLL_S", 30.0)
     with store.listen("orders") as wakes:
         yield wakes
 
@@ -170,7 +170,7 @@ def test_a_store_opened_through_a_symbolic_link_wakes_at_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # SQLite writes the WAL next to the file the link leads to, not next to the link.
-    monkeypatch.setattr(_polling, "_BACKUP_POLL_S", 30.0)
+    monkeypatch.setattr(_wakes, "BACKUP_POLL_S", 30.0)
     (tmp_path / "data").mkdir()
     (tmp_path / "links").mkdir()
     real, link = tmp_path / "data" / "app.db", tmp_path / "links" / "app.db"

@@ -151,7 +151,7 @@ class PollingWatcher:
       commits made meanwhile), then again at gaps doubling from
       ``interval_s`` (at least 1 ms) for about 0.1 s, since an event may come
       before its commit can be read; with a backup poll every
-      ``max(interval_s, 0.5)`` seconds.
+      ``max(interval_s, backup_poll_s)`` seconds (``backup_poll_s`` 0.5 by default).
 
     A :meth:`WakeSource.transient` failure is an outage, not a death: one
     warning, a pause growing from 0.05 to 1 s between tries, one info when
@@ -194,8 +194,10 @@ class PollingWatcher:
         interval_s: float,
         start_timeout_s: float,
         reads: str = "the database",
+        backup_poll_s: float | None = None,
     ) -> None:
         self._source = source
+        self._backup_poll_s = backup_poll_s
         self._target = target
         self._log = log
         self._interval_s = interval_s
@@ -309,7 +311,7 @@ class PollingWatcher:
 
     def _watch_events(self, waiter: Waiter) -> None:
         """Look when woken and a few times after; otherwise at the backup poll."""
-        backup_poll_s = max(self._interval_s, _BACKUP_POLL_S)
+        backup_poll_s = max(self._interval_s, self._backup_poll_s or _BACKUP_POLL_S)
         follow_ups: Iterator[float] = iter(())
         looked_at = time.monotonic()
         while not self._stopping.is_set():

@@ -40,6 +40,10 @@ __all__ = ["WatchedFileChanged", "Watcher"]
 
 log = logging.getLogger("alkstore.sqlite")
 
+BACKUP_POLL_S = 0.5
+"""Under inotify a commit wakes the watcher; this poll only guards against a
+missed event (each look costs an idle store CPU)."""
+
 # The watcher's own connection gives up on a lock after this long, whatever the
 # store's busy timeout: SQLite's busy wait cannot be interrupted, and close()
 # must not sit in it. The watcher waits out a longer lock itself, between reads.
@@ -62,6 +66,7 @@ class Watcher(PollingWatcher):
             interval_s=settings.watch_interval_s,
             start_timeout_s=settings.busy_timeout_s,
             reads="the file",
+            backup_poll_s=BACKUP_POLL_S,
         )
 
 
