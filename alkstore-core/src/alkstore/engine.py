@@ -9,12 +9,19 @@ the ``alkstore.engines`` entry-point group::
 ``alkstore.open("myengine://...")`` then instantiates ``MyEngine`` once and
 calls :meth:`Engine.open` with the target string as the caller gave it.
 
-The engine's ``Store``, ``Queue``, ``Stream``, ``Lock`` and ``TxHandle``
-subclasses implement the ``_``-prefixed hooks of those classes. The public
-methods around the hooks are core's: they check names, options and payloads
-and raise the contract's errors before a hook runs, so every engine rejects
-bad input identically. Hooks receive checked names, encoded JSON text and
-resolved :class:`JobStamp` values.
+The engine's ``Store``, ``Queue``, ``Stream``, ``Lock``, ``TxHandle`` and
+``Inspector`` subclasses implement the ``_``-prefixed hooks of those classes:
+storage primitives. The public methods around the hooks are core's: they
+check names, options and payloads and raise the contract's errors before a
+hook runs, so every engine rejects bad input identically. Hooks receive
+checked names, encoded JSON text and resolved :class:`JobStamp` values.
+Everything that is the same on every engine is core's too: ``Queue.wait``,
+the scheduler's leadership and fire loop, the claim order, the wake keys and
+the fan-out to receivers (:class:`WakeFanout`, :class:`PollingWatcher`).
+
+The engine declares the contract version it was written for
+(``Engine.contract_version``); discovery refuses one this core cannot drive
+(see :data:`CONTRACT_VERSION`).
 
 To prove conformance, an engine also provides a :class:`TestProvider` (from
 :meth:`Engine.test_provider`) that the ``alkstore-contract-tests`` suite uses
