@@ -17,6 +17,15 @@ Engines are separate distributions found through entry points; see
 
 from __future__ import annotations
 
+from alkstore._async_inspect import AsyncInspector
+from alkstore._async_job import AsyncJob
+from alkstore._async_lock import AsyncLock
+from alkstore._async_open import open_async
+from alkstore._async_outbox import AsyncOutbox
+from alkstore._async_queue import AsyncQueue
+from alkstore._async_store import AsyncStore
+from alkstore._async_stream import AsyncEventReceiver, AsyncStream
+from alkstore._async_tx import AsyncTxHandle
 from alkstore._codec import JSONValue
 from alkstore._consumer import Consumer
 from alkstore._discovery import EngineInfo, engines, open
@@ -58,6 +67,15 @@ __all__ = [
     "RECONNECT_CHANNEL",
     "RESERVED_PREFIX",
     "SCHEDULER_LOCK",
+    "AsyncEventReceiver",
+    "AsyncInspector",
+    "AsyncJob",
+    "AsyncLock",
+    "AsyncOutbox",
+    "AsyncQueue",
+    "AsyncStore",
+    "AsyncStream",
+    "AsyncTxHandle",
     "Closed",
     "Codec",
     "Consumer",
@@ -98,5 +116,6 @@ __all__ = [
     "Worker",
     "engines",
     "open",
+    "open_async",
     "stop_on_signals",
 ]

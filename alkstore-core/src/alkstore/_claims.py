@@ -12,10 +12,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from alkstore._job import Job
+    from alkstore._job import ClaimedJob
 
 __all__ = ["ClaimLedger"]
 
@@ -37,7 +37,7 @@ class ClaimLedger:
     def __repr__(self) -> str:
         return f"<ClaimLedger {len(self._claims)} claims remembered>"
 
-    def remember(self, queue: str, jobs: Iterable[Job]) -> None:
+    def remember(self, queue: str, jobs: Iterable[ClaimedJob[Any]]) -> None:
         """Record the claims ``jobs`` just made on ``queue``."""
         with self._lock:
             claims = self._claims

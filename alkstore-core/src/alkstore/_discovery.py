@@ -28,6 +28,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "LIBPQ_KEYWORDS",
     "EngineInfo",
+    "engine_for_target",
     "engine_name_for",
     "engines",
     "load_engine",
@@ -224,13 +225,19 @@ def open(target: str | os.PathLike[str], **options: Any) -> Store:
         EngineNotFound: no installed engine handles ``target``; the message
             names the distribution to ``pip install``.
     """
+    engine, target = engine_for_target(target)
+    return engine.open(target, **options)
+
+
+def engine_for_target(target: str | os.PathLike[str]) -> tuple[Engine, str]:
+    """The engine that opens ``target``, and the target as a string (see :func:`open`)."""
     if isinstance(target, os.PathLike):
-        return load_engine("sqlite").open(os.fspath(target), **options)
+        return load_engine("sqlite"), os.fspath(target)
     if not isinstance(target, str):
         raise TypeError(f"target must be a str or a path, not {type(target).__name__}")
     if not target:
         raise ValueError("target must not be empty: give a file path or a URL")
-    return _engine_for(target).open(target, **options)
+    return _engine_for(target), target
 
 
 def _engine_for(target: str) -> Engine:

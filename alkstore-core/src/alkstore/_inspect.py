@@ -93,6 +93,17 @@ class LockInfo:
     """Unix seconds when the hold lapses unless renewed."""
 
 
+def check_jobs_query(
+    queue: object, state: object, limit: object
+) -> tuple[str, JobState | None, int]:
+    """The arguments of ``Inspector.jobs``, checked."""
+    if not isinstance(queue, str) or not queue:
+        raise TypeError(f"queue must be a non-empty str, not {queue!r}")
+    if state is not None and state not in JOB_STATES:
+        raise ValueError(f"state must be one of {', '.join(JOB_STATES)} or None, not {state!r}")
+    return queue, state, check_int(limit, "limit", minimum=1, maximum=MAX_JOBS_LISTED)
+
+
 class Inspector(abc.ABC):
     """Read-only listings of a store's queues, jobs, streams, locks and schedules.
 
@@ -116,12 +127,7 @@ class Inspector(abc.ABC):
         Dead letters carry ``last_error`` and ``died_at``.
         """
         self._store._check_open()
-        if not isinstance(queue, str) or not queue:
-            raise TypeError(f"queue must be a non-empty str, not {queue!r}")
-        if state is not None and state not in JOB_STATES:
-            raise ValueError(f"state must be one of {', '.join(JOB_STATES)} or None, not {state!r}")
-        limit = check_int(limit, "limit", minimum=1, maximum=MAX_JOBS_LISTED)
-        return self._jobs(queue, state, limit)
+        return self._jobs(*check_jobs_query(queue, state, limit))
 
     def streams(self) -> list[StreamStats]:
         """Every stream with an event or a saved consumer offset."""

@@ -2,30 +2,38 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from alkstore._backoff import backoff_delay
 from alkstore._options import check_duration
 from alkstore._payload import HasPayload
 
 if TYPE_CHECKING:
-    from alkstore._queue import Queue
+    from alkstore._queue import Queue  # noqa: F401 - named in a base class as a string
 
-__all__ = ["Job", "describe_error"]
+__all__ = ["ClaimedJob", "Job", "describe_error"]
 
 
-class Job(HasPayload):
-    """A job this worker has claimed, and the handle to settle it.
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
 
-    Every settling call is fenced: once the claim has lapsed (deadline passed)
-    or another claim has taken the job, ``ack``, ``retry``, ``fail`` and
-    ``heartbeat`` return False and change nothing.
+
+Q = TypeVar("Q", bound=_Named)
+
+
+class ClaimedJob(HasPayload, Generic[Q]):
+    """What a claim handed out: the job's fields and its claim's stamps.
+
+    The base of :class:`Job` and :class:`~alkstore.AsyncJob`, which add the
+    settling calls (sync or awaitable) on top.
     """
 
     __slots__ = (
         "_backoff_base_s",
         "_queue",
         "_released",
+        "_twin",
         "attempts",
         "deadline",
         "id",
@@ -41,7 +49,7 @@ class Job(HasPayload):
     def __init__(
         self,
         *,
-        queue: Queue,
+        queue: Q,
         id: int,
         payload: Any,
         priority: int,
@@ -53,13 +61,14 @@ class Job(HasPayload):
         backoff_base_s: float,
         visibility_timeout_s: float | None = None,
     ) -> None:
-        """Engines build Jobs when claiming; ``backoff_base_s`` and
+        """Engines build jobs when claiming; ``backoff_base_s`` and
         ``visibility_timeout_s`` are the row's stamps (pass both)."""
         self._queue = queue
         self._backoff_base_s = backoff_base_s
         self._released = False
+        self._twin: Any = None  # the other API's handle on the same claim, when one exists
         self.id = id
-        self.queue = queue.name
+        self.queue: str = queue.name
         self.payload = payload
         self.priority = priority
         self.attempts = attempts
@@ -75,6 +84,30 @@ class Job(HasPayload):
         so ``heartbeat(job.visibility_timeout_s)`` renews the lease whatever this
         host's clock reads; ``deadline - time.time()`` would depend on it."""
 
+    def _retry_delay(self, delay_s: float | None) -> float:
+        """The delay a ``retry(error, delay_s)`` asks for: checked, or from the backoff curve."""
+        if delay_s is None:
+            return backoff_delay(self._backoff_base_s, max(self.attempts, 1))
+        return check_duration(delay_s, "delay_s", zero_ok=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} id={self.id} queue={self.queue!r} attempts={self.attempts}/"
+            f"{self.max_attempts} priority={self.priority} worker_id={self.worker_id!r} "
+            f"deadline={self.deadline:.3f}>"
+        )
+
+
+class Job(ClaimedJob["Queue"]):
+    """A job this worker has claimed, and the handle to settle it.
+
+    Every settling call is fenced: once the claim has lapsed (deadline passed)
+    or another claim has taken the job, ``ack``, ``retry``, ``fail`` and
+    ``heartbeat`` return False and change nothing.
+    """
+
+    __slots__ = ()
+
     def ack(self) -> bool:
         """Finish the job: delete its row. False if the claim was lost."""
         self._queue._store._check_open()
@@ -88,10 +121,7 @@ class Job(HasPayload):
         exception) is recorded as ``last_error``. False if the claim was lost.
         """
         self._queue._store._check_open()
-        if delay_s is None:
-            delay = backoff_delay(self._backoff_base_s, max(self.attempts, 1))
-        else:
-            delay = check_duration(delay_s, "delay_s", zero_ok=True)
+        delay = self._retry_delay(delay_s)
         if self._released:
             return False
         if self.attempts >= self.max_attempts:  # the claim's attempts are the row's: fenced
@@ -125,13 +155,6 @@ class Job(HasPayload):
             return False
         self._released = self._queue._release_job(self)
         return self._released
-
-    def __repr__(self) -> str:
-        return (
-            f"<Job id={self.id} queue={self.queue!r} attempts={self.attempts}/"
-            f"{self.max_attempts} priority={self.priority} worker_id={self.worker_id!r} "
-            f"deadline={self.deadline:.3f}>"
-        )
 
 
 def describe_error(error: str | BaseException) -> str:

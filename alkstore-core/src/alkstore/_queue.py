@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from alkstore._claims import ClaimLedger
 from alkstore._codec import encode
-from alkstore._job import Job
+from alkstore._job import ClaimedJob, Job
 from alkstore._names import check_identifier, queue_wake_key
 from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_int
 from alkstore._stamp import JobStamp, stamp_job
@@ -16,7 +17,10 @@ from alkstore._values import JobInfo
 if TYPE_CHECKING:
     from alkstore._store import Store
 
-__all__ = ["EXPIRED", "LAPSED_ON_LAST_ATTEMPT", "MAX_BATCH", "Queue", "check_job_id", "claim_order"]
+__all__ = [
+    "EXPIRED", "LAPSED_ON_LAST_ATTEMPT", "MAX_BATCH", "Queue", "check_job_id", "claim_order",
+    "fenced_claims", "wait_for_work",
+]  # fmt: skip
 
 MAX_BATCH = 10_000
 """The largest ``n`` a single ``claim_batch`` accepts."""
@@ -30,7 +34,7 @@ EXPIRED = "expired"
 """The ``last_error`` of a job moved to dead letters because it expired."""
 
 
-def claim_order(job: Job) -> tuple[int, float, int]:
+def claim_order(job: ClaimedJob[Any]) -> tuple[int, float, int]:
     """Sort key of the claim order: priority (highest first), ready time, enqueue order."""
     return (-job.priority, job.run_at, job.id)
 
@@ -94,16 +98,8 @@ class Queue(abc.ABC):
         """
         self._store._check_open()
         worker_id = check_identifier(worker_id, "worker_id")
-        claims: dict[int, int | None] = {}
-        for item in job_ids:
-            if isinstance(item, Job):
-                if not item._released:
-                    claims[item.id] = item.attempts
-            else:
-                job_id = check_job_id(item)
-                if job_id not in claims:
-                    claims[job_id] = self._store._claims.attempt(self.name, job_id, worker_id)
-        return self._ack_batch(sorted(claims.items()), worker_id) if claims else 0
+        claims = fenced_claims(job_ids, self._store._claims, self.name, worker_id)
+        return self._ack_batch(claims, worker_id) if claims else 0
 
     def cancel(self, job_id: int) -> bool:
         """Delete the job whatever its state (not an interrupt); True if it existed."""
@@ -132,13 +128,11 @@ class Queue(abc.ABC):
         seconds = None if timeout is None else check_duration(timeout, "timeout", zero_ok=True)
         # Listening before looking: a commit between the look and the wait still wakes us.
         with self._store._watch(queue_wake_key(self.name)) as wakes:
-            until_ready = self._until_ready()
-            if until_ready is not None and until_ready <= 0:
+            plan = wait_for_work(self._until_ready(), seconds)
+            if plan is None:
                 return True
-            if seconds is not None and (until_ready is None or seconds < until_ready):
-                return wakes.recv(seconds) is not None
-            # Work turns ready by the clock before the timeout, unless a commit comes first.
-            return wakes.recv(until_ready) is not None or not wakes.closed
+            recv_timeout, ready_by_then = plan
+            return wakes.recv(recv_timeout) is not None or (ready_by_then and not wakes.closed)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.opts}>"
@@ -215,6 +209,42 @@ class Queue(abc.ABC):
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
         """Set the deadline to ``now + extend_s`` if the claim holds and has not
         lapsed; on success also update ``job.deadline``."""
+
+
+def wait_for_work(
+    until_ready: float | None, timeout: float | None
+) -> tuple[float | None, bool] | None:
+    """How ``Queue.wait`` waits, given when work turns ready by the clock (``_until_ready``).
+
+    None: work is ready now. Else ``(seconds, ready_by_then)``: wait that long
+    for a wake; if none comes, ``ready_by_then`` says whether the clock has
+    made work ready meanwhile (so the wait still answers "look again").
+    """
+    if until_ready is not None and until_ready <= 0:
+        return None
+    if timeout is not None and (until_ready is None or timeout < until_ready):
+        return timeout, False
+    return until_ready, True
+
+
+def fenced_claims(
+    job_ids: Iterable[int | ClaimedJob[Any]], ledger: ClaimLedger, queue: str, worker_id: str
+) -> list[tuple[int, int | None]]:
+    """The (job id, claim attempt) pairs an ``ack_batch`` of ``job_ids`` settles, sorted.
+
+    A handle brings its claim's attempt (a released one acks nothing); a bare
+    id the attempt this store handed to ``worker_id``, if it remembers one.
+    """
+    claims: dict[int, int | None] = {}
+    for item in job_ids:
+        if isinstance(item, ClaimedJob):
+            if not item._released:
+                claims[item.id] = item.attempts
+        else:
+            job_id = check_job_id(item)
+            if job_id not in claims:
+                claims[job_id] = ledger.attempt(queue, job_id, worker_id)
+    return sorted(claims.items())
 
 
 def check_job_id(job_id: object) -> int:

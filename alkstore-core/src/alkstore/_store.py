@@ -14,9 +14,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from alkstore._capabilities import Capabilities
-from alkstore._claims import ClaimLedger
 from alkstore._codec import encode
-from alkstore._errors import Closed, PayloadTooLarge
+from alkstore._errors import Closed
 from alkstore._every import parse_every
 from alkstore._inspect import Inspector
 from alkstore._lock import Lock
@@ -27,6 +26,7 @@ from alkstore._queue import Queue
 from alkstore._receivers import WakeReceiver
 from alkstore._scheduler import run_scheduler
 from alkstore._stamp import JobStamp
+from alkstore._store_basics import DEFAULT_SCHEDULER_LEASE_S, StoreBasics
 from alkstore._stream import Stream
 from alkstore._tx import TxHandle
 from alkstore._values import Schedule
@@ -34,12 +34,9 @@ from alkstore._values import Schedule
 if TYPE_CHECKING:
     from alkstore._scheduler import DueSchedule, DueSchedules, Fired
 
-__all__ = ["DEFAULT_SCHEDULER_LEASE_S", "StopSignal", "Store"]
-
-_DEFAULT_QUEUE_OPTS = QueueOpts()
-
-DEFAULT_SCHEDULER_LEASE_S = 30.0
-"""The scheduler leader's lease unless the engine was configured otherwise."""
+__all__ = [
+    "DEFAULT_SCHEDULER_LEASE_S", "StopSignal", "Store", "check_schedule", "default_owner",
+]  # fmt: skip
 
 
 class StopSignal(Protocol):
@@ -50,7 +47,7 @@ class StopSignal(Protocol):
     def wait(self, timeout: float | None = None) -> bool: ...
 
 
-class Store(abc.ABC):
+class Store(StoreBasics, abc.ABC):
     """One open store: notify/listen, streams, queues, outboxes, locks, schedules.
 
     Get one with ``alkstore.open(target)``. A Store is safe to share between
@@ -69,28 +66,12 @@ class Store(abc.ABC):
         *,
         scheduler_lease_s: float = DEFAULT_SCHEDULER_LEASE_S,
     ) -> None:
-        self.location = location
-        """Where the store lives, safe to print (no passwords)."""
-        self.capabilities = capabilities
-        """The engine's declared asymmetries (``Engine.capabilities``)."""
-        self.scheduler_lease_s = check_duration(
-            scheduler_lease_s, "scheduler_lease_s", zero_ok=False
-        )
-        """The lease of the scheduler leader's lock, as the engine was configured."""
-        self._closed = False
-        self._queue_opts: dict[str, QueueOpts] = {}
-        self._queue_opts_lock = threading.Lock()
+        super().__init__(location, capabilities, scheduler_lease_s=scheduler_lease_s)
         # Guards _closed against transactions beginning while the store closes.
         self._lifecycle_lock = threading.Lock()
         self._open_txs: weakref.WeakSet[TxHandle] = weakref.WeakSet()
-        self._claims = ClaimLedger()
 
     # Lifecycle
-
-    @property
-    def closed(self) -> bool:
-        """True once :meth:`close` ran (or the engine shut the store down)."""
-        return self._closed
 
     def close(self) -> None:
         """Release every connection and close every receiver; idempotent.
@@ -119,10 +100,6 @@ class Store(abc.ABC):
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<{type(self).__name__} {self.location!r} {state}>"
 
     # notify / listen
 
@@ -157,14 +134,7 @@ class Store(abc.ABC):
         """
         self._check_open()
         name = check_name(name, "queue")
-        if opts is None:
-            opts = self._declared_queue_opts(name)
-        elif not isinstance(opts, QueueOpts):
-            raise TypeError(f"opts must be QueueOpts or None, not {type(opts).__name__}")
-        else:
-            with self._queue_opts_lock:
-                self._queue_opts[name] = opts
-        return self._queue(name, opts)
+        return self._queue(name, self._declare_queue_opts(name, opts))
 
     def outbox(self, name: str) -> Outbox:
         """Return the outbox ``name`` over its backing queue ``__alkstore_outbox:{name}``."""
@@ -206,13 +176,7 @@ class Store(abc.ABC):
             InvalidSpec: ``spec`` is not ``@every <n><unit>``.
         """
         self._check_open()
-        name = check_name(name, "schedule")
-        interval_s = parse_every(spec)
-        queue = check_name(queue, "queue")
-        if opts is None:
-            opts = ScheduleOpts()
-        elif not isinstance(opts, ScheduleOpts):
-            raise TypeError(f"opts must be ScheduleOpts or None, not {type(opts).__name__}")
+        name, interval_s, queue, opts = check_schedule(name, spec, queue, opts)
         return self._schedule(name, spec, interval_s, queue, encode(payload), opts)
 
     def unschedule(self, name: str) -> bool:
@@ -267,10 +231,6 @@ class Store(abc.ABC):
 
     # Helpers for engines and mechanism handles
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise Closed(f"{self!r} is closed")
-
     def _track_tx(self, tx: TxHandle) -> TxHandle:
         """Remember an open transaction, so ``close`` can roll it back."""
         with self._lifecycle_lock:
@@ -283,19 +243,6 @@ class Store(abc.ABC):
     def _forget_tx(self, tx: TxHandle) -> None:
         with self._lifecycle_lock:
             self._open_txs.discard(tx)
-
-    def _declared_queue_opts(self, name: str) -> QueueOpts:
-        return self._queue_opts.get(name, _DEFAULT_QUEUE_OPTS)
-
-    def _check_notify_payload(self, payload_json: str) -> str:
-        limit = self.capabilities.notify_payload_limit
-        if limit is not None and len(payload_json) * 4 > limit:
-            size = len(payload_json.encode("utf-8"))
-            if size > limit:
-                raise PayloadTooLarge(
-                    f"notify payload is {size} bytes encoded; this engine's limit is {limit}"
-                )
-        return payload_json
 
     # Engine hooks: arguments are already checked and encoded.
 
@@ -381,6 +328,20 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def _adopt_tx(self, connection: Any) -> TxHandle:
         """Wrap the caller's connection; refuse one to other storage with a clear error."""
+
+
+def check_schedule(
+    name: str, spec: str, queue: str, opts: ScheduleOpts | None
+) -> tuple[str, int, str, ScheduleOpts]:
+    """The arguments of ``Store.schedule`` checked: name, interval, queue and opts."""
+    name = check_name(name, "schedule")
+    interval_s = parse_every(spec)
+    queue = check_name(queue, "queue")
+    if opts is None:
+        opts = ScheduleOpts()
+    elif not isinstance(opts, ScheduleOpts):
+        raise TypeError(f"opts must be ScheduleOpts or None, not {type(opts).__name__}")
+    return name, interval_s, queue, opts
 
 
 def default_owner() -> str:

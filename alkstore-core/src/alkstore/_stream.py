@@ -18,10 +18,15 @@ from alkstore._values import StreamEvent
 if TYPE_CHECKING:
     from alkstore._store import Store
 
-__all__ = ["MAX_READ", "EventReceiver", "Stream", "follow", "offset_past_head"]
+__all__ = [
+    "MAX_READ", "EventReceiver", "Replay", "Stream", "check_limit", "follow", "offset_past_head",
+]  # fmt: skip
 
 MAX_READ = 10_000
 """The largest ``limit`` a single read accepts."""
+
+_READ_AHEAD = 1000
+"""Events a receiver reads in one go when its buffer runs dry."""
 
 MAX_OFFSET = 2**63 - 1
 """Offsets are 64-bit signed integers in every engine."""
@@ -131,18 +136,11 @@ class Stream(abc.ABC):
             return tx._save_offset_tx(self.name, consumer, offset)
 
 
-class EventReceiver(Receiver[StreamEvent]):
-    """Durable consumption of one stream by one consumer.
+class Replay(Receiver[StreamEvent]):
+    """What every stream receiver keeps: its position, the events read ahead,
+    the last one delivered, and the wake receiver it waits on."""
 
-    Replays from the consumer's saved offset, then waits for new events.
-    Offsets are saved only by :meth:`save_offset`. Use one receiver from one
-    thread at a time.
-    """
-
-    def __init__(
-        self, stream: Stream, consumer: str, wakes: WakeReceiver, start_offset: int
-    ) -> None:
-        self.stream = stream
+    def __init__(self, consumer: str, wakes: WakeReceiver, start_offset: int) -> None:
         self.consumer = consumer
         self._wakes = wakes
         self._position = start_offset
@@ -155,35 +153,28 @@ class EventReceiver(Receiver[StreamEvent]):
         """True once the receiver will deliver nothing more."""
         return self._wakes.closed
 
-    def recv(self, timeout: float | None = None) -> StreamEvent | None:
-        """Return the next event; None when ``timeout`` passes or the receiver closes."""
-        timeout = check_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._buffer:
-            if self._wakes.closed:
-                return None
-            if self._absorb(self.stream.read_since(self._position, 1000)):
-                break
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return None
-            self._wakes.recv(remaining)
-        return self._deliver()
+    def close(self) -> None:
+        """Stop receiving; idempotent."""
+        self._wakes.close()
 
     async def recv_async(self, timeout: float | None = None) -> StreamEvent | None:
-        """``recv`` for asyncio code: reads run on a thread, waits on the wake receiver."""
+        """The next event, awaited; None when ``timeout`` passes or the receiver closes."""
         timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._buffer:
             if self._wakes.closed:
                 return None
-            if self._absorb(await asyncio.to_thread(self.stream.read_since, self._position, 1000)):
+            if self._absorb(await self._read_async(self._position)):
                 break
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None
             await self._wakes.recv_async(remaining)
         return self._deliver()
+
+    @abc.abstractmethod
+    async def _read_async(self, after: int) -> list[StreamEvent]:
+        """Up to ``_READ_AHEAD`` committed events after offset ``after``."""
 
     def _absorb(self, events: list[StreamEvent]) -> bool:
         self._buffer.extend(events)
@@ -196,28 +187,62 @@ class EventReceiver(Receiver[StreamEvent]):
         self.last_delivered = event.offset
         return event
 
+    def _offset_to_save(self, offset: int | None) -> int | None:
+        """``offset``, or the last delivered one when None (None if nothing was)."""
+        return self.last_delivered if offset is None else offset
+
+    def _describe(self, stream: str) -> str:
+        state = "closed" if self.closed else "open"
+        return (
+            f"<{type(self).__name__} stream={stream!r} consumer={self.consumer!r} "
+            f"last_delivered={self.last_delivered} {state}>"
+        )
+
+
+class EventReceiver(Replay):
+    """Durable consumption of one stream by one consumer.
+
+    Replays from the consumer's saved offset, then waits for new events.
+    Offsets are saved only by :meth:`save_offset`. Use one receiver from one
+    thread at a time.
+    """
+
+    def __init__(
+        self, stream: Stream, consumer: str, wakes: WakeReceiver, start_offset: int
+    ) -> None:
+        super().__init__(consumer, wakes, start_offset)
+        self.stream = stream
+
+    def recv(self, timeout: float | None = None) -> StreamEvent | None:
+        """Return the next event; None when ``timeout`` passes or the receiver closes."""
+        timeout = check_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._buffer:
+            if self._wakes.closed:
+                return None
+            if self._absorb(self.stream.read_since(self._position, _READ_AHEAD)):
+                break
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            self._wakes.recv(remaining)
+        return self._deliver()
+
+    async def _read_async(self, after: int) -> list[StreamEvent]:
+        # The sync stream's read, on a thread: the loop never blocks on it.
+        return await asyncio.to_thread(self.stream.read_since, after, _READ_AHEAD)
+
     def save_offset(self, offset: int | None = None) -> bool:
         """Save ``offset`` (default: the last delivered event's) for this consumer.
 
         Returns True if the saved offset advanced. With nothing delivered yet
         and no ``offset`` given, saves nothing and returns False.
         """
-        if offset is None:
-            if self.last_delivered is None:
-                return False
-            offset = self.last_delivered
-        return self.stream.save_offset(self.consumer, offset)
-
-    def close(self) -> None:
-        """Stop receiving; idempotent."""
-        self._wakes.close()
+        to_save = self._offset_to_save(offset)
+        return False if to_save is None else self.stream.save_offset(self.consumer, to_save)
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else "open"
-        return (
-            f"<EventReceiver stream={self.stream.name!r} consumer={self.consumer!r} "
-            f"last_delivered={self.last_delivered} {state}>"
-        )
+        return self._describe(self.stream.name)
 
 
 def follow(stream: Stream, after: int, label: str) -> EventReceiver:

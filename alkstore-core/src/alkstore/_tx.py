@@ -20,9 +20,27 @@ from alkstore._stream import check_key, check_offset
 if TYPE_CHECKING:
     from alkstore._store import Store
 
-__all__ = ["TxHandle", "TxState"]
+__all__ = ["ENDED_BEHIND_ITS_BACK", "ENDED_BY_ITS_CALLER", "TxHandle", "TxState", "check_sql"]
 
 log = logging.getLogger("alkstore")
+
+
+ENDED_BEHIND_ITS_BACK = (
+    "this transaction was ended behind its handle's back (a COMMIT or ROLLBACK "
+    "through tx.execute or tx.connection); the handle is closed, and nothing was "
+    "written through it after that"
+)
+ENDED_BY_ITS_CALLER = (
+    "the caller's transaction this handle adopted has ended (committed or rolled "
+    "back through its connection); the handle is closed and writes nothing more"
+)
+
+
+def check_sql(sql: object) -> str:
+    """``sql`` if it is a str (what ``tx.execute`` runs), else ``TypeError``."""
+    if not isinstance(sql, str):
+        raise TypeError(f"sql must be a str, not {type(sql).__name__}")
+    return sql
 
 
 class TxState(enum.Enum):
@@ -120,9 +138,7 @@ class TxHandle(abc.ABC):
         Returns the rows it produced (empty for statements without rows).
         """
         self._check_active()
-        if not isinstance(sql, str):
-            raise TypeError(f"sql must be a str, not {type(sql).__name__}")
-        return self._execute(sql, params)
+        return self._execute(check_sql(sql), params)
 
     @property
     @abc.abstractmethod
@@ -167,11 +183,7 @@ class TxHandle(abc.ABC):
         error to raise, after giving the connection back."""
         self.state = TxState.ENDED_ELSEWHERE
         self._store._forget_tx(self)
-        return Database(
-            "this transaction was ended behind its handle's back (a COMMIT or ROLLBACK "
-            "through tx.execute or tx.connection); the handle is closed, and nothing was "
-            "written through it after that"
-        )
+        return Database(ENDED_BEHIND_ITS_BACK)
 
     def _ended_by_its_caller(self) -> Closed:
         """For engines: an adopted transaction the caller committed or rolled back
@@ -179,10 +191,7 @@ class TxHandle(abc.ABC):
         forgotten by the store); return the error to raise."""
         self.state = TxState.ENDED_ELSEWHERE
         self._store._forget_tx(self)
-        return Closed(
-            "the caller's transaction this handle adopted has ended (committed or rolled "
-            "back through its connection); the handle is closed and writes nothing more"
-        )
+        return Closed(ENDED_BY_ITS_CALLER)
 
     def __enter__(self) -> TxHandle:
         return self

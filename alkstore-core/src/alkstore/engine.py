@@ -35,6 +35,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from alkstore._async_job import AsyncJob
+from alkstore._async_open import open_offloaded
+from alkstore._async_queue import AsyncQueue
+from alkstore._async_store import AsyncStore
+from alkstore._async_stream import AsyncStream
+from alkstore._async_tx import AsyncTxHandle
 from alkstore._backoff import backoff_ceiling
 from alkstore._capabilities import Capabilities
 from alkstore._codec import decode
@@ -64,6 +70,11 @@ __all__ = [
     "LAPSED_ON_LAST_ATTEMPT",
     "LIBPQ_KEYWORDS",
     "SCHEDULES_WAKE_KEY",
+    "AsyncJob",
+    "AsyncQueue",
+    "AsyncStore",
+    "AsyncStream",
+    "AsyncTxHandle",
     "BufferedWakeReceiver",
     "Capabilities",
     "CommitCursor",
@@ -131,6 +142,16 @@ class Engine(abc.ABC):
         naming the option. Failure to reach the storage raises
         :class:`~alkstore.Database` with a message that never shows a password.
         """
+
+    async def open_async(self, target: str, **options: Any) -> AsyncStore:
+        """Open the store at ``target`` for asyncio code (``alkstore.open_async``).
+
+        By default the sync store :meth:`open` returns is opened on a thread
+        and the async API runs its hooks on a small pool of threads. A native
+        engine overrides this to return its own :class:`AsyncStore`, taking the
+        same ``options`` and raising the same errors as :meth:`open`.
+        """
+        return await open_offloaded(self.open, target, options)
 
     def test_provider(self, options: Mapping[str, str]) -> TestProvider:
         """Return the provider the contract suite uses to make isolated stores.

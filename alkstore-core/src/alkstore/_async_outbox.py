@@ -1,0 +1,62 @@
+"""The outbox in the async API."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from alkstore._async_queue import AsyncQueue
+from alkstore._options import EnqueueOpts
+
+__all__ = ["AsyncOutbox"]
+
+
+class AsyncOutbox:
+    """A named outbox over its backing queue, for asyncio code: :class:`~alkstore.Outbox`
+    with ``await`` in front of each call."""
+
+    def __init__(self, name: str, backing_queue: AsyncQueue) -> None:
+        self.name = name
+        self._queue = backing_queue
+
+    @property
+    def queue_name(self) -> str:
+        """The backing queue's name."""
+        return self._queue.name
+
+    async def enqueue(self, payload: object, opts: EnqueueOpts | None = None) -> int:
+        """Add a send in its own transaction; return its job id."""
+        return await self._queue.enqueue(payload, opts)
+
+    async def run_once(
+        self, worker_id: str, deliver: Callable[[Any], Awaitable[object] | object]
+    ) -> bool:
+        """Claim one send and pass its payload to ``deliver`` (a function or a
+        coroutine function; a plain function runs on a thread).
+
+        ``deliver`` returning acks the send; raising an ``Exception`` retries it
+        on the backoff curve. True if a send was handled, False if none was ready.
+
+        Raises:
+            TypeError: ``deliver`` is not callable (checked before any claim).
+        """
+        if not callable(deliver):
+            raise TypeError(f"deliver must be callable, not {type(deliver).__name__}")
+        job = await self._queue.claim_one(worker_id)
+        if job is None:
+            return False
+        try:
+            if inspect.iscoroutinefunction(deliver):
+                await deliver(job.payload)
+            else:
+                await asyncio.to_thread(deliver, job.payload)
+        except Exception as exc:  # the delivery failed: retry on the curve
+            await job.retry(exc)
+        else:
+            await job.ack()
+        return True
+
+    def __repr__(self) -> str:
+        return f"<AsyncOutbox {self.name!r}>"

@@ -1,0 +1,321 @@
+"""The AsyncStore: every mechanism, awaited, whatever engine is behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+from alkstore._async_inspect import AsyncInspector
+from alkstore._async_lock import AsyncLock
+from alkstore._async_outbox import AsyncOutbox
+from alkstore._async_queue import AsyncQueue
+from alkstore._async_stream import AsyncStream
+from alkstore._async_tx import AsyncTxHandle
+from alkstore._capabilities import Capabilities
+from alkstore._codec import encode
+from alkstore._errors import Closed
+from alkstore._names import check_identifier, check_name, outbox_queue_name
+from alkstore._offload import Offloader
+from alkstore._options import OUTBOX_QUEUE_OPTS, QueueOpts, ScheduleOpts, check_duration
+from alkstore._receivers import WakeReceiver
+from alkstore._scheduler import run_scheduler
+from alkstore._store import Store, check_schedule, default_owner
+from alkstore._store_basics import DEFAULT_SCHEDULER_LEASE_S, StoreBasics
+from alkstore._tx import TxHandle
+from alkstore._values import Schedule
+
+__all__ = ["AsyncStore"]
+
+T = TypeVar("T")
+
+
+class AsyncStore(StoreBasics):
+    """One open store for asyncio code: :class:`~alkstore.Store` with ``await`` in
+    front of every call that touches the database.
+
+    Get one with ``await alkstore.open_async(target)`` (or ``async with``).
+    Same names, arguments, results and errors as the sync store. Handle
+    getters (``queue``, ``stream``, ``outbox``, ``inspect``) stay plain calls;
+    receivers are the sync store's (``await recv_async``, ``async for``).
+
+    Engines: every async hook has a default that runs the matching sync hook
+    of the store's *companion*, a sync :class:`~alkstore.Store` on the same
+    target opened by :meth:`_open_companion`, on a small bounded pool of
+    threads owned by this store. A native engine overrides the hooks it does
+    natively (see the engine authors' guide).
+    """
+
+    def __init__(
+        self,
+        location: str,
+        capabilities: Capabilities,
+        *,
+        scheduler_lease_s: float = DEFAULT_SCHEDULER_LEASE_S,
+    ) -> None:
+        super().__init__(location, capabilities, scheduler_lease_s=scheduler_lease_s)
+        self._offloader = Offloader(type(self).__name__)
+        self._companion_store: Store | None = None
+        self._companion_lock = threading.Lock()
+        self._open_txs: weakref.WeakSet[AsyncTxHandle] = weakref.WeakSet()
+
+    # Lifecycle
+
+    async def close(self) -> None:
+        """Release every connection and close every receiver; idempotent.
+
+        A transaction still open on the store is rolled back first (its later
+        ``commit`` raises ``Closed``); an adopted one is left to its caller.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for tx in list(self._open_txs):
+            await tx._end_with_store()
+        try:
+            await self._close()
+        finally:
+            companion = self._companion_store
+            if companion is not None:
+                await self._offloaded(companion.close)
+            self._offloader.close()
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # notify / listen
+
+    async def notify(self, channel: str, payload: object) -> None:
+        """Wake every current listener of ``channel``, fire-and-forget, in its own transaction.
+
+        Raises:
+            PayloadTooLarge: the encoded payload exceeds the engine's notify limit.
+        """
+        self._check_open()
+        channel = check_name(channel, "channel")
+        await self._notify(channel, self._check_notify_payload(encode(payload)))
+
+    async def listen(self, channel: str) -> WakeReceiver:
+        """Return a receiver of wakes for notifies on ``channel`` committed from now on."""
+        self._check_open()
+        return await self._watch(check_name(channel, "channel"))
+
+    # Mechanism handles
+
+    def stream(self, name: str) -> AsyncStream:
+        """Return the stream ``name`` (created on first publish)."""
+        self._check_open()
+        return self._stream(check_name(name, "stream"))
+
+    def queue(self, name: str, opts: QueueOpts | None = None) -> AsyncQueue:
+        """Return the queue ``name``, declaring ``opts`` for it in this store
+        (see ``Store.queue``)."""
+        self._check_open()
+        name = check_name(name, "queue")
+        return self._queue(name, self._declare_queue_opts(name, opts))
+
+    def outbox(self, name: str) -> AsyncOutbox:
+        """Return the outbox ``name`` over its backing queue ``__alkstore_outbox:{name}``."""
+        self._check_open()
+        name = check_name(name, "outbox")
+        return AsyncOutbox(name, self._queue(outbox_queue_name(name), OUTBOX_QUEUE_OPTS))
+
+    # Locks
+
+    async def try_lock(self, name: str, owner: str, ttl_s: float) -> AsyncLock | None:
+        """Acquire the lock ``name`` for ``owner`` for ``ttl_s`` seconds; None when
+        another owner holds it unexpired (see ``Store.try_lock``)."""
+        self._check_open()
+        name = check_name(name, "lock")
+        owner = check_identifier(owner, "lock owner")
+        return await self._try_lock(name, owner, check_duration(ttl_s, "ttl_s", zero_ok=False))
+
+    # Scheduler
+
+    async def schedule(
+        self,
+        name: str,
+        spec: str,
+        queue: str,
+        payload: object,
+        opts: ScheduleOpts | None = None,
+    ) -> Schedule:
+        """Create or replace the schedule ``name`` (see ``Store.schedule``).
+
+        Raises:
+            InvalidSpec: ``spec`` is not ``@every <n><unit>``.
+        """
+        self._check_open()
+        name, interval_s, queue, opts = check_schedule(name, spec, queue, opts)
+        return await self._schedule(name, spec, interval_s, queue, encode(payload), opts)
+
+    async def unschedule(self, name: str) -> bool:
+        """Delete the schedule ``name``; True if it existed."""
+        self._check_open()
+        return await self._unschedule(check_name(name, "schedule"))
+
+    async def run_schedules(self, stop: asyncio.Event, *, owner: str | None = None) -> None:
+        """Fire due schedules until ``stop`` is set (see ``Store.run_schedules``).
+
+        The leader's loop runs on a thread of its own through the companion
+        store; cancelling this await stops it.
+
+        Raises:
+            LeadershipLost: this runner was leader and failed to renew.
+        """
+        self._check_open()
+        if not isinstance(stop, asyncio.Event):
+            raise TypeError(f"stop must be an asyncio.Event, not {type(stop).__name__}")
+        owner = default_owner() if owner is None else check_identifier(owner, "owner")
+        companion = await self._companion()
+        halt = threading.Event()
+        relay = asyncio.ensure_future(_relay(stop, halt))
+        runner = asyncio.ensure_future(asyncio.to_thread(run_scheduler, companion, halt, owner))
+        try:
+            await asyncio.shield(runner)
+        finally:
+            halt.set()
+            relay.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(runner)  # the thread is gone before we return
+
+    # Transactions
+
+    async def begin_tx(self) -> AsyncTxHandle:
+        """Open a transaction for a business write and ``*_tx`` side effects."""
+        self._check_open()
+        return self._track_tx(await self._begin_tx())
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncTxHandle]:
+        """Run the block in a transaction: commit on success, roll back on an
+        exception (cancellation included)."""
+        async with await self.begin_tx() as tx:
+            yield tx
+
+    async def adopt_tx(self, connection: Any) -> AsyncTxHandle:
+        """Write ``*_tx`` side effects through the caller's own open connection
+        (see ``Store.adopt_tx``); the caller's commit or rollback decides them."""
+        self._check_open()
+        return await self._adopt_tx(connection)
+
+    # Inspection
+
+    def inspect(self) -> AsyncInspector:
+        """Return a read-only view of queues, jobs, streams, locks and schedules."""
+        self._check_open()
+        return self._inspect()
+
+    # Helpers for engines and mechanism handles
+
+    def _track_tx(self, tx: AsyncTxHandle) -> AsyncTxHandle:
+        """Remember an open transaction, so ``close`` can roll it back."""
+        if self._closed:
+            raise Closed(f"{self!r} closed while the transaction began")
+        self._open_txs.add(tx)
+        return tx
+
+    def _forget_tx(self, tx: AsyncTxHandle) -> None:
+        self._open_txs.discard(tx)
+
+    async def _offloaded(
+        self, call: Callable[..., T], *args: Any, abandon: Callable[[T], None] | None = None
+    ) -> T:
+        """Await ``call(*args)`` run on this store's threads (see ``Offloader.run``)."""
+        return await self._offloader.run(call, *args, abandon=abandon)
+
+    async def _companion(self) -> Store:
+        """The sync store the default hooks run on, opened on first use."""
+        if self._companion_store is None:
+            await self._offloaded(self._open_companion_once)
+        assert self._companion_store is not None
+        return self._companion_store
+
+    def _open_companion_once(self) -> None:
+        with self._companion_lock:
+            if self._companion_store is None:
+                self._companion_store = self._open_companion()
+
+    # Engine hooks: arguments are already checked and encoded. The defaults
+    # run the companion's sync hooks on this store's threads.
+
+    def _open_companion(self) -> Store:
+        """Open the sync store on the same target (runs on a thread, once)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} implements no hook that needs a sync companion store"
+        )
+
+    async def _close(self) -> None:
+        """Release what the engine holds (the companion is closed by core)."""
+
+    async def _notify(self, channel: str, payload_json: str) -> None:
+        await self._offloaded((await self._companion())._notify, channel, payload_json)
+
+    async def _watch(self, key: str) -> WakeReceiver:
+        """A receiver of the wakes committed under ``key`` from now on."""
+        return await self._offloaded((await self._companion())._watch, key)
+
+    def _stream(self, name: str) -> AsyncStream:
+        return AsyncStream(self, name)
+
+    def _queue(self, name: str, opts: QueueOpts) -> AsyncQueue:
+        return AsyncQueue(self, name, opts)
+
+    async def _try_lock(self, name: str, owner: str, ttl_s: float) -> AsyncLock | None:
+        lock = await self._offloaded((await self._companion())._try_lock, name, owner, ttl_s)
+        return None if lock is None else AsyncLock(self, name, owner, ttl_s, twin=lock)
+
+    async def _schedule(
+        self,
+        name: str,
+        spec: str,
+        interval_s: int,
+        queue: str,
+        payload_json: str,
+        opts: ScheduleOpts,
+    ) -> Schedule:
+        companion = await self._companion()
+        return await self._offloaded(
+            companion._schedule, name, spec, interval_s, queue, payload_json, opts
+        )
+
+    async def _unschedule(self, name: str) -> bool:
+        return await self._offloaded((await self._companion())._unschedule, name)
+
+    async def _begin_tx(self) -> AsyncTxHandle:
+        """Open a transaction; a cancelled begin rolls back what the thread opened."""
+        companion = await self._companion()
+        twin = await self._offloaded(companion.begin_tx, abandon=_roll_back_quietly)
+        return AsyncTxHandle(self, twin)
+
+    async def _adopt_tx(self, connection: Any) -> AsyncTxHandle:
+        """Adopt the caller's connection. A sync connection is used where the
+        caller uses it, on the calling thread: the caller's driver may forbid
+        any other (sqlite3 does)."""
+        companion = await self._companion()
+        return AsyncTxHandle(self, companion.adopt_tx(connection), inline=True)
+
+    def _inspect(self) -> AsyncInspector:
+        return AsyncInspector(self)
+
+
+async def _relay(stop: asyncio.Event, halt: threading.Event) -> None:
+    await stop.wait()
+    halt.set()
+
+
+def _roll_back_quietly(tx: TxHandle) -> None:
+    if tx.active:
+        tx.rollback()

@@ -1,0 +1,242 @@
+"""The transaction seam of the async API: side effects that commit with a business write."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from alkstore._codec import encode
+from alkstore._errors import Closed, Database
+from alkstore._names import check_identifier, check_name, outbox_queue_name
+from alkstore._offload import Lane
+from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
+from alkstore._stamp import JobStamp, stamp_job
+from alkstore._stream import check_key, check_offset
+from alkstore._tx import (
+    ENDED_BEHIND_ITS_BACK,
+    ENDED_BY_ITS_CALLER,
+    TxHandle,
+    TxState,
+    check_sql,
+)
+
+if TYPE_CHECKING:
+    from alkstore._async_store import AsyncStore
+
+__all__ = ["AsyncTxHandle"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("alkstore")
+
+
+class AsyncTxHandle:
+    """One open database transaction carrying alkstore side effects, for asyncio code:
+    :class:`~alkstore.TxHandle` with ``await`` in front of each call.
+
+    ``async with store.transaction() as tx:`` commits on success and rolls back
+    on an exception, cancellation included: a cancelled block never leaves its
+    transaction open. A handle belongs to one task at a time.
+
+    An engine subclasses it to run the hooks natively (all of them, and
+    ``connection``); the defaults run the hooks of a sync handle of the
+    store's companion (the *twin*), one after another on the store's threads,
+    or on the calling thread for an adopted connection the caller uses there.
+    """
+
+    def __init__(
+        self, store: AsyncStore, twin: TxHandle | None = None, *, inline: bool = False
+    ) -> None:
+        self._store = store
+        self.state = TxState.OPEN
+        self._twin_tx = twin
+        self._lane: Lane | None = None if inline else Lane(store._offloader)
+        self._ending = False  # commit or rollback began: the store's close leaves it be
+        self._rolled_back_by_close = False
+
+    @property
+    def active(self) -> bool:
+        """True until ``commit`` or ``rollback``."""
+        return self.state is TxState.OPEN
+
+    async def enqueue_tx(self, queue: str, opts: EnqueueOpts | None, payload: object) -> int:
+        """Enqueue a job in this transaction; return its id (see ``TxHandle.enqueue_tx``)."""
+        self._check_active()
+        queue = check_name(queue, "queue")
+        stamp = stamp_job(self._store._declared_queue_opts(queue), opts)
+        return await self._enqueue_tx(queue, stamp, encode(payload))
+
+    async def publish_tx(self, stream: str, payload: object) -> int:
+        """Publish an event in this transaction; return its offset."""
+        self._check_active()
+        return await self._publish_tx(check_name(stream, "stream"), None, encode(payload))
+
+    async def publish_with_key_tx(self, stream: str, key: str, payload: object) -> int:
+        """Publish a keyed event in this transaction; return its offset."""
+        self._check_active()
+        stream = check_name(stream, "stream")
+        return await self._publish_tx(stream, check_key(key), encode(payload))
+
+    async def notify_tx(self, channel: str, payload: object) -> None:
+        """Notify ``channel`` when (and only if) this transaction commits."""
+        self._check_active()
+        channel = check_name(channel, "channel")
+        await self._notify_tx(channel, self._store._check_notify_payload(encode(payload)))
+
+    async def save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
+        """Advance ``consumer``'s offset in this transaction; True if it moved forward.
+
+        Raises:
+            ValueError: ``offset`` is past the stream's head, as this transaction sees it.
+        """
+        self._check_active()
+        stream = check_name(stream, "stream")
+        consumer = check_identifier(consumer, "consumer name")
+        offset = check_offset(offset)
+        return False if offset == 0 else await self._save_offset_tx(stream, consumer, offset)
+
+    async def outbox_enqueue_tx(
+        self, outbox: str, opts: EnqueueOpts | None, payload: object
+    ) -> int:
+        """Put a send into ``outbox`` in this transaction; return its job id."""
+        self._check_active()
+        outbox = check_name(outbox, "outbox")
+        stamp = stamp_job(OUTBOX_QUEUE_OPTS, opts)
+        return await self._enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run the business write ``sql`` (the engine's dialect) in this transaction;
+        return the rows it produced."""
+        self._check_active()
+        return await self._execute(check_sql(sql), params)
+
+    async def commit(self) -> None:
+        """Commit the business write and every side effect together; ends the handle."""
+        await self._finish(self._commit, TxState.COMMITTED)
+
+    async def rollback(self) -> None:
+        """Drop the business write and every side effect; ends the handle."""
+        await self._finish(self._rollback, TxState.ROLLED_BACK)
+
+    async def _finish(self, hook: Callable[[], Awaitable[None]], ended: TxState) -> None:
+        self._check_active()
+        self._ending = True
+        try:
+            await hook()
+        finally:
+            if self.state is TxState.OPEN:
+                self.state = ended
+            self._store._forget_tx(self)
+
+    async def _end_with_store(self) -> None:
+        """Roll back because the store is closing; never raises."""
+        if self.state is not TxState.OPEN or self._ending:
+            return
+        self._ending = True
+        try:
+            await self._rollback()
+        except Exception:
+            log.warning("rolling back %r while closing its store failed", self, exc_info=True)
+        finally:
+            self.state = TxState.ROLLED_BACK
+            self._rolled_back_by_close = True
+
+    def _ended_elsewhere(self) -> Database:
+        """For engines: the driver says the transaction already ended behind the
+        handle's back. Marks the handle ended; return the error to raise."""
+        self.state = TxState.ENDED_ELSEWHERE
+        self._store._forget_tx(self)
+        return Database(ENDED_BEHIND_ITS_BACK)
+
+    def _ended_by_its_caller(self) -> Closed:
+        """For engines: an adopted transaction its caller ended. Marks the handle
+        ended; return the error to raise."""
+        self.state = TxState.ENDED_ELSEWHERE
+        self._store._forget_tx(self)
+        return Closed(ENDED_BY_ITS_CALLER)
+
+    async def __aenter__(self) -> AsyncTxHandle:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._rolled_back_by_close and exc_type is None:
+            # The block ran to its end, but nothing of it was committed: say so.
+            raise Closed(f"{self._store!r} closed and rolled this transaction back")
+        if not self.active:
+            return
+        if exc_type is None:
+            await self.commit()
+        else:
+            # Shielded: a second cancellation must not leave the transaction open.
+            await asyncio.shield(self.rollback())
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.state.value}>"
+
+    def _check_active(self) -> None:
+        self._store._check_open()  # first: closing the store also rolled us back
+        if self.state is not TxState.OPEN:
+            raise Closed(f"this transaction is already {self.state.value}")
+
+    # Engine hooks: arguments are already checked, encoded and stamped. The
+    # defaults run the twin's sync hooks.
+
+    @property
+    def connection(self) -> Any:
+        """The driver connection this transaction runs on."""
+        return self._twin().connection
+
+    async def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        return await self._on_twin(self._twin()._enqueue_tx, queue, stamp, payload_json)
+
+    async def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
+        return await self._on_twin(self._twin()._publish_tx, stream, key, payload_json)
+
+    async def _notify_tx(self, channel: str, payload_json: str) -> None:
+        await self._on_twin(self._twin()._notify_tx, channel, payload_json)
+
+    async def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
+        return await self._on_twin(self._twin()._save_offset_tx, stream, consumer, offset)
+
+    async def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return await self._on_twin(self._twin()._execute, sql, params)
+
+    async def _commit(self) -> None:
+        await self._on_twin(self._twin().commit)
+
+    async def _rollback(self) -> None:
+        twin = self._twin()
+        await self._on_twin(_roll_back_if_open, twin)
+
+    def _twin(self) -> TxHandle:
+        if self._twin_tx is None:
+            raise TypeError(
+                f"{type(self).__name__} has no sync twin: an engine that begins "
+                "transactions natively must implement every AsyncTxHandle hook"
+            )
+        return self._twin_tx
+
+    async def _on_twin(self, call: Callable[..., T], *args: Any) -> T:
+        """Run one of the twin's calls, and end this handle if it ended the twin."""
+        try:
+            if self._lane is None:
+                return call(*args)
+            return await self._lane.run(call, *args)
+        finally:
+            twin = self._twin()
+            if twin.state is TxState.ENDED_ELSEWHERE and self.state is TxState.OPEN:
+                self.state = TxState.ENDED_ELSEWHERE
+                self._store._forget_tx(self)
+
+
+def _roll_back_if_open(twin: TxHandle) -> None:
+    if twin.active:
+        twin.rollback()

@@ -1,0 +1,117 @@
+"""Running blocking engine calls from asyncio code on a store's own small thread pool.
+
+An engine that implements only the sync hooks still serves ``open_async``:
+each async hook runs its sync twin here. The pool is bounded, so a thousand
+tasks enqueueing at once queue up for a few threads instead of starting a
+thousand, and it belongs to one store, so closing the store frees it.
+
+Cancelling an await does not stop a call already running on a thread (a
+statement cannot be taken back half-way). What the call produced is then
+handed to an ``abandon`` callback, so a transaction begun for a cancelled
+caller is rolled back instead of holding its connection forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = ["OFFLOAD_THREADS", "Lane", "Offloader"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("alkstore")
+
+OFFLOAD_THREADS = 8
+"""Threads a store runs sync engine calls on, at most."""
+
+
+class Offloader:
+    """A bounded pool of threads for one store's blocking calls."""
+
+    def __init__(self, label: str, max_threads: int = OFFLOAD_THREADS) -> None:
+        self._label = label
+        self._max_threads = max_threads
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def __repr__(self) -> str:
+        state = "idle" if self._executor is None else "started"
+        return f"<Offloader {self._label!r} up to {self._max_threads} threads, {state}>"
+
+    def submit(self, call: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+        """Start ``call(*args)`` on a pool thread (threads start on first use)."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self._max_threads, thread_name_prefix=f"alkstore-{self._label}"
+            )
+        return self._executor.submit(call, *args)
+
+    async def run(
+        self,
+        call: Callable[..., T],
+        *args: Any,
+        abandon: Callable[[T], None] | None = None,
+        lane: Lane | None = None,
+    ) -> T:
+        """Await ``call(*args)`` run on a pool thread.
+
+        If the await is cancelled while the call runs, the call still
+        finishes; with ``abandon``, its result is passed to ``abandon`` then
+        (on the pool thread), so nothing it opened stays open.
+        """
+        future = self.submit(call, *args)
+        if lane is not None:
+            lane._started(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if abandon is not None and not future.cancelled():
+                future.add_done_callback(functools.partial(_hand_over, abandon))
+            raise
+
+    def close(self) -> None:
+        """Stop taking calls; calls already queued are dropped, running ones finish."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _hand_over(abandon: Callable[[T], None], future: concurrent.futures.Future[T]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return
+    with contextlib.suppress(Exception):
+        abandon(future.result())
+
+
+class Lane:
+    """Calls for one transaction, run one after another on the store's pool.
+
+    A call starts only once the previous one finished, even if the caller
+    stopped awaiting it (cancelled): so a rollback queued after a cancelled
+    statement runs after that statement, never beside it on the connection.
+    """
+
+    def __init__(self, offloader: Offloader) -> None:
+        self._offloader = offloader
+        self._last: concurrent.futures.Future[Any] | None = None
+
+    async def run(
+        self, call: Callable[..., T], *args: Any, abandon: Callable[[T], None] | None = None
+    ) -> T:
+        """Await ``call(*args)`` after every earlier call of this lane has finished."""
+        previous = self._last
+        bound = functools.partial(call, *args)
+        return await self._offloader.run(_after, previous, bound, abandon=abandon, lane=self)
+
+    def _started(self, future: concurrent.futures.Future[Any]) -> None:
+        self._last = future
+
+
+def _after(previous: concurrent.futures.Future[Any] | None, call: Callable[[], T]) -> T:
+    if previous is not None:
+        concurrent.futures.wait([previous])
+    return call()

@@ -1,0 +1,79 @@
+"""What every store keeps, sync or async: where it lives, its engine's
+capabilities, whether it is closed, and the queue opts declared in it."""
+
+from __future__ import annotations
+
+import threading
+
+from alkstore._capabilities import Capabilities
+from alkstore._claims import ClaimLedger
+from alkstore._errors import Closed, PayloadTooLarge
+from alkstore._options import QueueOpts, check_duration
+
+__all__ = ["DEFAULT_SCHEDULER_LEASE_S", "StoreBasics"]
+
+_DEFAULT_QUEUE_OPTS = QueueOpts()
+
+DEFAULT_SCHEDULER_LEASE_S = 30.0
+"""The scheduler leader's lease unless the engine was configured otherwise."""
+
+
+class StoreBasics:
+    """The state and checks :class:`~alkstore.Store` and :class:`~alkstore.AsyncStore` share."""
+
+    def __init__(
+        self,
+        location: str,
+        capabilities: Capabilities,
+        *,
+        scheduler_lease_s: float = DEFAULT_SCHEDULER_LEASE_S,
+    ) -> None:
+        self.location = location
+        """Where the store lives, safe to print (no passwords)."""
+        self.capabilities = capabilities
+        """The engine's declared asymmetries (``Engine.capabilities``)."""
+        self.scheduler_lease_s = check_duration(
+            scheduler_lease_s, "scheduler_lease_s", zero_ok=False
+        )
+        """The lease of the scheduler leader's lock, as the engine was configured."""
+        self._closed = False
+        self._queue_opts: dict[str, QueueOpts] = {}
+        self._queue_opts_lock = threading.Lock()
+        self._claims = ClaimLedger()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` ran (or the engine shut the store down)."""
+        return self._closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<{type(self).__name__} {self.location!r} {state}>"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed(f"{self!r} is closed")
+
+    def _declare_queue_opts(self, name: str, opts: QueueOpts | None) -> QueueOpts:
+        """The opts ``queue(name, opts)`` gives the queue: ``opts``, now declared, or
+        the ones declared before."""
+        if opts is None:
+            return self._declared_queue_opts(name)
+        if not isinstance(opts, QueueOpts):
+            raise TypeError(f"opts must be QueueOpts or None, not {type(opts).__name__}")
+        with self._queue_opts_lock:
+            self._queue_opts[name] = opts
+        return opts
+
+    def _declared_queue_opts(self, name: str) -> QueueOpts:
+        return self._queue_opts.get(name, _DEFAULT_QUEUE_OPTS)
+
+    def _check_notify_payload(self, payload_json: str) -> str:
+        limit = self.capabilities.notify_payload_limit
+        if limit is not None and len(payload_json) * 4 > limit:
+            size = len(payload_json.encode("utf-8"))
+            if size > limit:
+                raise PayloadTooLarge(
+                    f"notify payload is {size} bytes encoded; this engine's limit is {limit}"
+                )
+        return payload_json
