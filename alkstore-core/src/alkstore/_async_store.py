@@ -20,7 +20,7 @@ from alkstore._capabilities import Capabilities
 from alkstore._codec import encode
 from alkstore._errors import Closed
 from alkstore._names import check_identifier, check_name, outbox_queue_name
-from alkstore._offload import Offloader
+from alkstore._offload import Lane, Offloader
 from alkstore._options import OUTBOX_QUEUE_OPTS, QueueOpts, ScheduleOpts, check_duration
 from alkstore._receivers import WakeReceiver
 from alkstore._scheduler import run_scheduler
@@ -297,15 +297,20 @@ class AsyncStore(StoreBasics):
     async def _begin_tx(self) -> AsyncTxHandle:
         """Open a transaction; a cancelled begin rolls back what the thread opened."""
         companion = await self._companion()
-        twin = await self._offloaded(companion.begin_tx, abandon=_roll_back_quietly)
-        return AsyncTxHandle(self, twin)
+        lane = Lane(f"{type(self).__name__}-tx")
+        try:
+            twin = await lane.run(companion.begin_tx, abandon=_roll_back_quietly)
+        except BaseException:
+            lane.close()
+            raise
+        return AsyncTxHandle(self, twin, lane)
 
     async def _adopt_tx(self, connection: Any) -> AsyncTxHandle:
         """Adopt the caller's connection. A sync connection is used where the
         caller uses it, on the calling thread: the caller's driver may forbid
         any other (sqlite3 does)."""
         companion = await self._companion()
-        return AsyncTxHandle(self, companion.adopt_tx(connection), inline=True)
+        return AsyncTxHandle(self, companion.adopt_tx(connection))
 
     def _inspect(self) -> AsyncInspector:
         return AsyncInspector(self)

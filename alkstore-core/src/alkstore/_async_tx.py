@@ -48,12 +48,14 @@ class AsyncTxHandle:
     """
 
     def __init__(
-        self, store: AsyncStore, twin: TxHandle | None = None, *, inline: bool = False
+        self, store: AsyncStore, twin: TxHandle | None = None, lane: Lane | None = None
     ) -> None:
+        """``twin`` and ``lane`` are for core's defaults: the sync handle, and the
+        thread its calls run on (None: on the calling thread)."""
         self._store = store
         self.state = TxState.OPEN
         self._twin_tx = twin
-        self._lane: Lane | None = None if inline else Lane(store._offloader)
+        self._lane = lane
         self._ending = False  # commit or rollback began: the store's close leaves it be
         self._rolled_back_by_close = False
 
@@ -130,6 +132,7 @@ class AsyncTxHandle:
             if self.state is TxState.OPEN:
                 self.state = ended
             self._store._forget_tx(self)
+            self._close_lane()
 
     async def _end_with_store(self) -> None:
         """Roll back because the store is closing; never raises."""
@@ -143,20 +146,28 @@ class AsyncTxHandle:
         finally:
             self.state = TxState.ROLLED_BACK
             self._rolled_back_by_close = True
+            self._close_lane()
 
     def _ended_elsewhere(self) -> Database:
         """For engines: the driver says the transaction already ended behind the
         handle's back. Marks the handle ended; return the error to raise."""
-        self.state = TxState.ENDED_ELSEWHERE
-        self._store._forget_tx(self)
+        self._end_elsewhere()
         return Database(ENDED_BEHIND_ITS_BACK)
 
     def _ended_by_its_caller(self) -> Closed:
         """For engines: an adopted transaction its caller ended. Marks the handle
         ended; return the error to raise."""
+        self._end_elsewhere()
+        return Closed(ENDED_BY_ITS_CALLER)
+
+    def _end_elsewhere(self) -> None:
         self.state = TxState.ENDED_ELSEWHERE
         self._store._forget_tx(self)
-        return Closed(ENDED_BY_ITS_CALLER)
+        self._close_lane()
+
+    def _close_lane(self) -> None:
+        if self._lane is not None:
+            self._lane.close()
 
     async def __aenter__(self) -> AsyncTxHandle:
         return self
@@ -233,8 +244,7 @@ class AsyncTxHandle:
         finally:
             twin = self._twin()
             if twin.state is TxState.ENDED_ELSEWHERE and self.state is TxState.OPEN:
-                self.state = TxState.ENDED_ELSEWHERE
-                self._store._forget_tx(self)
+                self._end_elsewhere()
 
 
 def _roll_back_if_open(twin: TxHandle) -> None:

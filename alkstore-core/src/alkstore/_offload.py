@@ -56,7 +56,6 @@ class Offloader:
         call: Callable[..., T],
         *args: Any,
         abandon: Callable[[T], None] | None = None,
-        lane: Lane | None = None,
     ) -> T:
         """Await ``call(*args)`` run on a pool thread.
 
@@ -64,15 +63,7 @@ class Offloader:
         finishes; with ``abandon``, its result is passed to ``abandon`` then
         (on the pool thread), so nothing it opened stays open.
         """
-        future = self.submit(call, *args)
-        if lane is not None:
-            lane._started(future)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            if abandon is not None and not future.cancelled():
-                future.add_done_callback(functools.partial(_hand_over, abandon))
-            raise
+        return await _await_call(self.submit(call, *args), abandon)
 
     def close(self) -> None:
         """Stop taking calls; calls already queued are dropped, running ones finish."""
@@ -88,30 +79,37 @@ def _hand_over(abandon: Callable[[T], None], future: concurrent.futures.Future[T
 
 
 class Lane:
-    """Calls for one transaction, run one after another on the store's pool.
+    """One thread for one transaction's calls, run in order.
 
-    A call starts only once the previous one finished, even if the caller
-    stopped awaiting it (cancelled): so a rollback queued after a cancelled
-    statement runs after that statement, never beside it on the connection.
+    A transaction holds its connection (and on SQLite the write lock) between
+    calls, so its next call must never wait behind the store's pool, whose
+    threads may all be waiting for that very lock. Calls run first in, first
+    out: a rollback queued after a cancelled statement runs after it, never
+    beside it on the connection.
     """
 
-    def __init__(self, offloader: Offloader) -> None:
-        self._offloader = offloader
-        self._last: concurrent.futures.Future[Any] | None = None
+    def __init__(self, label: str) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"alkstore-{label}"
+        )
 
     async def run(
         self, call: Callable[..., T], *args: Any, abandon: Callable[[T], None] | None = None
     ) -> T:
-        """Await ``call(*args)`` after every earlier call of this lane has finished."""
-        previous = self._last
-        bound = functools.partial(call, *args)
-        return await self._offloader.run(_after, previous, bound, abandon=abandon, lane=self)
+        """Await ``call(*args)`` after every earlier call of this lane (see ``Offloader.run``)."""
+        return await _await_call(self._executor.submit(call, *args), abandon)
 
-    def _started(self, future: concurrent.futures.Future[Any]) -> None:
-        self._last = future
+    def close(self) -> None:
+        """Let the calls already queued finish, then end the thread."""
+        self._executor.shutdown(wait=False)
 
 
-def _after(previous: concurrent.futures.Future[Any] | None, call: Callable[[], T]) -> T:
-    if previous is not None:
-        concurrent.futures.wait([previous])
-    return call()
+async def _await_call(
+    future: concurrent.futures.Future[T], abandon: Callable[[T], None] | None
+) -> T:
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        if abandon is not None and not future.cancelled():
+            future.add_done_callback(functools.partial(_hand_over, abandon))
+        raise
