@@ -21,6 +21,8 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from alkstore._errors import Closed
+
 __all__ = ["OFFLOAD_THREADS", "Lane", "Offloader"]
 
 T = TypeVar("T")
@@ -49,7 +51,10 @@ class Offloader:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 self._max_threads, thread_name_prefix=f"alkstore-{self._label}"
             )
-        return self._executor.submit(call, *args)
+        try:
+            return self._executor.submit(call, *args)
+        except RuntimeError:  # shut down: the store closed while this call began
+            raise Closed(f"the store behind {self!r} is closed") from None
 
     async def run(
         self,
@@ -66,9 +71,10 @@ class Offloader:
         return await _await_call(self.submit(call, *args), abandon)
 
     def close(self) -> None:
-        """Stop taking calls; calls already queued are dropped, running ones finish."""
+        """Stop taking calls. Calls already queued still run (against a closed
+        store, they fail as calls on it do), so no awaiting task is left hanging."""
         if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor.shutdown(wait=False)
 
 
 def _hand_over(abandon: Callable[[T], None], future: concurrent.futures.Future[T]) -> None:
@@ -97,7 +103,11 @@ class Lane:
         self, call: Callable[..., T], *args: Any, abandon: Callable[[T], None] | None = None
     ) -> T:
         """Await ``call(*args)`` after every earlier call of this lane (see ``Offloader.run``)."""
-        return await _await_call(self._executor.submit(call, *args), abandon)
+        try:
+            future = self._executor.submit(call, *args)
+        except RuntimeError:  # the transaction ended while this call began
+            raise Closed("this transaction has ended") from None
+        return await _await_call(future, abandon)
 
     def close(self) -> None:
         """Let the calls already queued finish, then end the thread."""
