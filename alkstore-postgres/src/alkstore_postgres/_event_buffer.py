@@ -19,12 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from alkstore_postgres._names import stored
+from alkstore_postgres._plan import Statement
 
 if TYPE_CHECKING:
-    from alkstore_postgres._store import PostgresStore
+    from alkstore_postgres._sql import Statements
 
 __all__ = ["EventBuffer"]
 
@@ -42,8 +41,8 @@ class _Held:
 class EventBuffer:
     """The publishes of one transaction not yet sent to the server."""
 
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
+    def __init__(self, sql: Statements) -> None:
+        self._sql = sql
         self._streams: dict[str, _Held] = {}
         self._count = 0
 
@@ -73,14 +72,13 @@ class EventBuffer:
         self._count += 1
         return offset
 
-    def send(self, connection: psycopg.Connection) -> None:
-        """Send the held events, one statement per stream, on ``connection``.
-
-        The caller holds a pipeline open, so nothing waits for the server here.
-        """
+    def take_statements(self) -> list[Statement]:
+        """The statements that send the held events, one per stream (to
+        pipeline); nothing is held afterwards."""
         if not self._count:
-            return
-        statement = self._store.sql.publish_held
+            return []
+        statement = self._sql.publish_held
+        statements = []
         for stream, held in self._streams.items():
             if not held.offsets:
                 continue
@@ -88,9 +86,10 @@ class EventBuffer:
                 "stream": stored(stream), "head": held.offsets[-1], "offset": held.offsets,
                 "key": held.keys, "payload": held.payloads,
             }  # fmt: skip
-            connection.execute(statement, params)
+            statements.append(Statement(statement, params))
             held.offsets, held.keys, held.payloads = [], [], []
         self._count = 0
+        return statements
 
     def forget_heads(self) -> None:
         """Stop assuming any head is known (the caller ran its own statements)."""

@@ -19,8 +19,8 @@ from alkstore import (
     StreamStats,
 )
 from alkstore.engine import Inspector, decode
-from alkstore_postgres._errors import translate
 from alkstore_postgres._names import stored, unstored
+from alkstore_postgres._plan import Fetch, Operation, Plan, Statement
 from alkstore_postgres._queue import job_info
 
 if TYPE_CHECKING:
@@ -35,8 +35,7 @@ class PostgresInspector(Inspector):
     _store: PostgresStore
 
     def _read(self, action: str, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-        with translate(f"inspect {action}"), self._store.connection() as connection:
-            return connection.execute(sql, params).fetchall()
+        return self._store.run(_listing(action, sql, params))
 
     def _queues(self) -> list[QueueStats]:
         rows = self._read("queues", self._store.sql.queue_stats)
@@ -81,6 +80,11 @@ class PostgresInspector(Inspector):
              for name, spec, queue, payload, next_fire_at in rows),
             key=lambda schedule: schedule.name,
         )  # fmt: skip
+
+
+def _listing(action: str, sql: str, params: dict[str, Any] | None) -> Plan[list[Any]]:
+    yield Operation(f"inspect {action}")
+    return list((yield Statement(sql, params, Fetch.ALL)))
 
 
 def _info(row: tuple[Any, ...]) -> JobInfo:

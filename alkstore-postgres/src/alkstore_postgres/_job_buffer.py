@@ -17,13 +17,13 @@ import threading
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from alkstore.engine import JobStamp, queue_wake_key
+from alkstore_postgres._names import wake_params
+from alkstore_postgres._plan import Fetch, Plan, Statement
 from alkstore_postgres._queue import STAMP_COLUMNS, stamp_columns
 
 if TYPE_CHECKING:
-    from alkstore_postgres._store import PostgresStore
+    from alkstore_postgres._sql import Statements
 
 __all__ = ["JobBuffer", "JobIds"]
 
@@ -36,7 +36,10 @@ class JobIds:
     """Job ids taken from the jobs table's sequence ahead of use, for one store.
 
     Blocks double with each refill, up to 4,096: a store that enqueues
-    often reaches the server for ids rarely.
+    often reaches the server for ids rarely. The lock is never held while
+    a block is on its way (an event loop's other tasks may take ids then):
+    two takers that both find none left each reserve a block, and the ids
+    stay handed out in ascending order.
     """
 
     def __init__(self, reserve_statement: str) -> None:
@@ -48,21 +51,25 @@ class JobIds:
     def __repr__(self) -> str:
         return f"<JobIds {len(self._ids)} reserved, next block {self._block}>"
 
-    def take(self, connection: psycopg.Connection) -> int:
-        """The next reserved id, reserving a block on ``connection`` when none is left."""
-        with self._lock:
-            if not self._ids:
-                found = connection.execute(self._reserve, {"reserve": self._block}).fetchall()
-                self._ids.extend(sorted(int(row[0]) for row in found))
-                self._block = min(self._block * 2, _LARGEST_BLOCK)
-            return int(self._ids.popleft())
+    def take(self) -> Plan[int]:
+        """The next reserved id, reserving a block when none is left."""
+        while True:
+            with self._lock:
+                if self._ids:
+                    return self._ids.popleft()
+                block = self._block
+                self._block = min(block * 2, _LARGEST_BLOCK)
+            found = yield Statement(self._reserve, {"reserve": block}, Fetch.ALL)
+            with self._lock:
+                self._ids = deque(sorted([*self._ids, *(int(row[0]) for row in found)]))
 
 
 class JobBuffer:
     """The enqueues of one transaction not yet sent to the server."""
 
-    def __init__(self, store: PostgresStore) -> None:
-        self._store = store
+    def __init__(self, sql: Statements, ids: JobIds) -> None:
+        self._sql = sql
+        self._ids = ids
         self._rows: list[tuple[Any, ...]] = []
         self._queues: set[str] = set()
 
@@ -72,29 +79,29 @@ class JobBuffer:
     def __repr__(self) -> str:
         return f"<JobBuffer {len(self._rows)} jobs for {sorted(self._queues)}>"
 
-    def enqueue(
-        self, connection: psycopg.Connection, queue: str, stamp: JobStamp, payload_json: str
-    ) -> int:
-        """Hold a job for the transaction on ``connection``; return its id."""
-        job_id = self._store.job_ids.take(connection)
+    def enqueue(self, queue: str, stamp: JobStamp, payload_json: str) -> Plan[int]:
+        """Hold a job for the transaction; its id."""
+        job_id = yield from self._ids.take()
         self._rows.append((job_id, payload_json, *stamp_columns(queue, stamp)))
         self._queues.add(queue)
         return job_id
 
-    def send(self, connection: psycopg.Connection) -> None:
-        """Send the held rows, and a wake for each of their queues, on ``connection``.
-
-        The caller holds a pipeline open, so nothing waits for the server here.
-        """
+    def take_statements(self) -> list[Statement]:
+        """The statements that send the held rows, and a wake for each of their
+        queues (to pipeline); the buffer is empty afterwards."""
         if not self._rows:
-            return
+            return []
         rows, queues = self._rows, self._queues
         self._rows, self._queues = [], set()
         columns = dict(zip(_BUFFERED_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
-        store = self._store
-        connection.execute(store.sql.enqueue_reserved, columns)
-        for queue in sorted(queues):
-            connection.execute(store.sql.notify, store.wake_params(queue_wake_key(queue)))
+        schema = self._sql.schema
+        return [
+            Statement(self._sql.enqueue_reserved, columns),
+            *(
+                Statement(self._sql.notify, wake_params(schema, queue_wake_key(queue)))
+                for queue in sorted(queues)
+            ),
+        ]
 
     def discard(self) -> None:
         """Forget the held rows (the transaction rolled back)."""

@@ -4,42 +4,46 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import psycopg
-
 from alkstore.engine import Lock
-from alkstore_postgres._errors import translate
 from alkstore_postgres._names import stored
+from alkstore_postgres._plan import Fetch, Operation, Plan, Statement
 
 if TYPE_CHECKING:
+    from alkstore_postgres._sql import Statements
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["PostgresLock", "acquire", "holds", "renew"]
+__all__ = ["PostgresLock", "acquire", "release", "renew", "renewal"]
 
 
-def acquire(
-    store: PostgresStore, connection: psycopg.Connection, name: str, owner: str, ttl_s: float
-) -> bool:
+def acquire(sql: Statements, name: str, owner: str, ttl_s: float) -> Plan[bool]:
     """Take the lock for ``owner``; True if ``owner`` holds it afterwards (an
     existing hold by ``owner`` keeps its expiry)."""
+    yield Operation(f"lock {name!r}", transaction=True)
     params = {"name": stored(name), "owner": stored(owner), "ttl": ttl_s}
-    with connection.transaction():
-        if connection.execute(store.sql.try_lock, params).fetchone() is not None:
-            return True
-        return holds(store, connection, name, owner)
+    if (yield Statement(sql.try_lock, params, Fetch.ONE)) is not None:
+        return True
+    held = yield Statement(sql.lock_held, params, Fetch.ONE)
+    return held is not None
 
 
-def holds(store: PostgresStore, connection: psycopg.Connection, name: str, owner: str) -> bool:
-    """True if ``owner`` holds ``name`` unexpired now."""
-    params = {"name": stored(name), "owner": stored(owner)}
-    return connection.execute(store.sql.lock_held, params).fetchone() is not None
-
-
-def renew(
-    store: PostgresStore, connection: psycopg.Connection, name: str, owner: str, ttl_s: float
-) -> bool:
+def renew(sql: Statements, name: str, owner: str, ttl_s: float) -> Plan[bool]:
     """Extend ``owner``'s unexpired hold on ``name`` to ``now + ttl_s``; True if it held."""
     params = {"name": stored(name), "owner": stored(owner), "ttl": ttl_s}
-    return connection.execute(store.sql.renew_lock, params).rowcount == 1
+    return bool((yield Statement(sql.renew_lock, params, Fetch.ROWCOUNT)) == 1)
+
+
+def renewal(sql: Statements, name: str, owner: str, ttl_s: float) -> Plan[bool]:
+    """:func:`renew` on a connection of its own."""
+    yield Operation(f"renew lock {name!r}")
+    return (yield from renew(sql, name, owner, ttl_s))
+
+
+def release(sql: Statements, name: str, owner: str) -> Plan[bool]:
+    """Delete ``owner``'s hold on ``name``; True if it held it unexpired."""
+    yield Operation(f"release lock {name!r}")
+    params = {"name": stored(name), "owner": stored(owner)}
+    row = yield Statement(sql.release_lock, params, Fetch.ONE)
+    return row is not None and bool(row[0])
 
 
 class PostgresLock(Lock):
@@ -48,11 +52,7 @@ class PostgresLock(Lock):
     _store: PostgresStore
 
     def _renew(self, ttl_s: float) -> bool:
-        with translate(f"renew lock {self.name!r}"), self._store.connection() as connection:
-            return renew(self._store, connection, self.name, self.owner, ttl_s)
+        return self._store.run(renewal(self._store.sql, self.name, self.owner, ttl_s))
 
     def _release(self) -> bool:
-        with translate(f"release lock {self.name!r}"), self._store.connection() as connection:
-            params = {"name": stored(self.name), "owner": stored(self.owner)}
-            row = connection.execute(self._store.sql.release_lock, params).fetchone()
-        return row is not None and bool(row[0])
+        return self._store.run(release(self._store.sql, self.name, self.owner))

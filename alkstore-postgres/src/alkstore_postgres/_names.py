@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 
-__all__ = ["channel_identifier", "stored", "unstored"]
+__all__ = ["channel_identifier", "stored", "unstored", "wake_params"]
 
 
 def stored(text: str) -> str:
@@ -40,3 +40,14 @@ def channel_identifier(schema: str, key: str) -> str:
     """The LISTEN/NOTIFY channel for ``key`` in ``schema``: 44 ASCII characters."""
     digest = hashlib.blake2b(f"{schema}\x00{key}".encode(), digest_size=20).hexdigest()
     return f"alk_{digest}"
+
+
+def wake_params(
+    schema: str, key: str, channel: str = "channel", payload: str = "key"
+) -> dict[str, str]:
+    """Bind parameters for ``pg_notify`` that wake ``key``'s receivers in ``schema``.
+
+    For the engine's own wakes (queues, streams, schedules): equal ones in one
+    transaction reach listeners once, as one wake says all there is to say.
+    """
+    return {channel: channel_identifier(schema, key), payload: stored(key)}

@@ -5,8 +5,6 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from alkstore import JobInfo, QueueOpts
 from alkstore.engine import (
     EXPIRED,
@@ -17,14 +15,15 @@ from alkstore.engine import (
     decode,
     queue_wake_key,
 )
-from alkstore_postgres._errors import translate
-from alkstore_postgres._names import stored, unstored
+from alkstore_postgres._names import stored, unstored, wake_params
+from alkstore_postgres._plan import Fetch, Operation, Pipeline, Plan, Statement
 
 if TYPE_CHECKING:
+    from alkstore_postgres._sql import Statements
     from alkstore_postgres._store import PostgresStore
 
 __all__ = [
-    "STAMP_COLUMNS", "PostgresQueue", "insert_job", "job_info", "stamp_columns",
+    "STAMP_COLUMNS", "PostgresQueue", "QueuePlans", "insert_job", "job_info", "stamp_columns",
 ]  # fmt: skip
 
 
@@ -39,14 +38,12 @@ STAMP_COLUMNS = (
 """The bind parameters of a new job row besides its id and payload."""
 
 
-def insert_job(
-    store: PostgresStore, connection: psycopg.Connection, queue: str, stamp: JobStamp, payload: str
-) -> int:
-    """Insert a job row on ``connection`` (and wake the queue's waiters at commit)."""
+def insert_job(sql: Statements, queue: str, stamp: JobStamp, payload: str) -> Plan[int]:
+    """Insert a job row (and wake the queue's waiters at commit); its id."""
     params = {**_stamp_params(queue, stamp), "payload": payload}
-    row = connection.execute(
-        store.sql.enqueue, {**params, **store.wake_params(queue_wake_key(queue))}
-    ).fetchone()
+    row = yield Statement(
+        sql.enqueue, {**params, **wake_params(sql.schema, queue_wake_key(queue))}, Fetch.ONE
+    )
     assert row is not None
     return int(row[0])
 
@@ -67,6 +64,133 @@ def _stamp_params(queue: str, stamp: JobStamp) -> dict[str, Any]:
     return dict(zip(STAMP_COLUMNS, stamp_columns(queue, stamp), strict=True))
 
 
+class QueuePlans:
+    """The operations of one queue, as plans (see ``_plan``): what the sync and the
+    async queue both run. A claim's fields come back as keyword arguments of
+    ``Job`` (and ``AsyncJob``) but ``queue``; a settling call names the claim by
+    its job id, attempt and worker."""
+
+    def __init__(self, sql: Statements, name: str) -> None:
+        self._sql = sql
+        self._name = name
+        self._key = stored(name)
+        self._wake = wake_params(sql.schema, queue_wake_key(name))
+
+    def enqueue(self, stamp: JobStamp, payload_json: str) -> Plan[int]:
+        yield Operation(f"enqueue into {self._name!r}")
+        return (yield from insert_job(self._sql, self._name, stamp, payload_json))
+
+    def claim(self, worker_id: str, n: int) -> Plan[list[dict[str, Any]]]:
+        yield Operation(f"claim from {self._name!r}")
+        sql = self._sql
+        params = {"queue": self._key, "worker": stored(worker_id), "n": n, "lapsed": _LAPSED}
+        # One round trip: pipelined statements before the sync run as one
+        # implicit transaction, so a lapsed job is claimable by this claim.
+        *_, rows = yield Pipeline(
+            (
+                Statement(sql.lapsed_to_dead, params),
+                Statement(sql.lapsed_to_pending, params),
+                Statement(sql.claim, params, Fetch.ALL),
+            )
+        )
+        return [_claimed(row, worker_id) for row in rows]
+
+    def ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> Plan[int]:
+        yield Operation(f"ack_batch on {self._name!r}")
+        ids, attempts = zip(*claims, strict=True)
+        params = {
+            "queue": self._key, "worker": stored(worker_id), "ids": list(ids),
+            "attempts": list(attempts),
+        }  # fmt: skip
+        return int((yield Statement(self._sql.ack_batch, params, Fetch.ROWCOUNT)))
+
+    def cancel(self, job_id: int) -> Plan[bool]:
+        yield Operation(f"cancel job {job_id}", transaction=True)
+        params = {"id": job_id, "queue": self._key}
+        if (yield Statement(self._sql.cancel_live, params, Fetch.ROWCOUNT)):
+            return True
+        return bool((yield Statement(self._sql.cancel_dead, params, Fetch.ROWCOUNT)))
+
+    def get_job(self, job_id: int) -> Plan[JobInfo | None]:
+        yield Operation(f"get job {job_id}")
+        params = {"id": job_id, "queue": self._key}
+        live = yield Statement(self._sql.get_live, params, Fetch.ONE)
+        if live is not None:
+            return job_info(live, dead=False)
+        dead = yield Statement(self._sql.get_dead, params, Fetch.ONE)
+        return None if dead is None else job_info(dead, dead=True)
+
+    def sweep_expired(self) -> Plan[int]:
+        yield Operation(f"sweep {self._name!r}", transaction=True)
+        sql = self._sql
+        params = {"queue": self._key, "lapsed": _LAPSED, "expired": _EXPIRED}
+        moved = yield Statement(sql.expired_to_dead, params, Fetch.ROWCOUNT)
+        yield Statement(sql.lapsed_to_dead, params)
+        yield Statement(sql.lapsed_to_pending, params)
+        yield Statement(sql.purge_dead, params)
+        return int(moved)
+
+    def until_ready(self) -> Plan[float | None]:
+        yield Operation(f"look at {self._name!r}")
+        row = yield Statement(self._sql.next_ready, {"queue": self._key}, Fetch.ONE)
+        return None if row is None or row[0] is None else float(row[0])
+
+    def ack(self, job_id: int, attempts: int, worker_id: str) -> Plan[bool]:
+        yield Operation(f"ack job {job_id}")
+        params = _holds(job_id, attempts, worker_id)
+        return bool((yield Statement(self._sql.ack, params, Fetch.ROWCOUNT)) == 1)
+
+    def retry(
+        self, job_id: int, attempts: int, worker_id: str, error: str, delay_s: float
+    ) -> Plan[bool]:
+        yield Operation(f"retry job {job_id}", transaction=True)
+        params = _holds(
+            job_id, attempts, worker_id, error=stored(error), delay=delay_s, **self._wake
+        )
+        if (yield Statement(self._sql.retry, params, Fetch.ROWCOUNT)) == 1:
+            return True
+        return bool((yield Statement(self._sql.to_dead_if_held, params, Fetch.ROWCOUNT)) == 1)
+
+    def fail(self, job_id: int, attempts: int, worker_id: str, error: str) -> Plan[bool]:
+        yield Operation(f"fail job {job_id}")
+        params = _holds(job_id, attempts, worker_id, error=stored(error))
+        return bool((yield Statement(self._sql.to_dead_if_held, params, Fetch.ROWCOUNT)) == 1)
+
+    def release(self, job_id: int, attempts: int, worker_id: str) -> Plan[bool]:
+        yield Operation(f"release job {job_id}")
+        params = _holds(job_id, attempts, worker_id, **self._wake)
+        return bool((yield Statement(self._sql.release, params, Fetch.ROWCOUNT)) == 1)
+
+    def heartbeat(
+        self, job_id: int, attempts: int, worker_id: str, extend_s: float
+    ) -> Plan[float | None]:
+        """The claim's new deadline, or None when it no longer held."""
+        yield Operation(f"heartbeat job {job_id}")
+        params = _holds(job_id, attempts, worker_id, extend=extend_s)
+        row = yield Statement(self._sql.heartbeat, params, Fetch.ONE)
+        return None if row is None else float(row[0])
+
+
+_CLAIMED = (
+    "id", "payload", "priority", "attempts", "max_attempts", "run_at", "deadline",
+    "backoff_base_s", "visibility_timeout_s",
+)  # fmt: skip
+"""The columns ``claim`` returns, as keywords of ``Job``."""
+
+
+def _claimed(row: tuple[Any, ...], worker_id: str) -> dict[str, Any]:
+    """A claimed row as keyword arguments of ``Job`` (or ``AsyncJob``) but ``queue``."""
+    fields = dict(zip(_CLAIMED, row, strict=True))
+    fields["payload"] = decode(fields["payload"])
+    fields["worker_id"] = worker_id
+    return fields
+
+
+def _holds(job_id: int, attempts: int, worker_id: str, **extra: Any) -> dict[str, Any]:
+    """Bind parameters naming one claim (the ``HOLDS`` condition), and ``extra``."""
+    return {"id": job_id, "attempts": attempts, "worker": stored(worker_id), **extra}
+
+
 class PostgresQueue(Queue):
     """A queue in the store's schema."""
 
@@ -74,121 +198,49 @@ class PostgresQueue(Queue):
 
     def __init__(self, store: PostgresStore, name: str, opts: QueueOpts) -> None:
         super().__init__(store, name, opts)
-        self._key = stored(name)
+        self._plans = QueuePlans(store.sql, name)
 
     def _enqueue(self, stamp: JobStamp, payload_json: str) -> int:
-        with translate(f"enqueue into {self.name!r}"), self._store.connection() as connection:
-            return insert_job(self._store, connection, self.name, stamp, payload_json)
+        return self._store.run(self._plans.enqueue(stamp, payload_json))
 
     def _claim(self, worker_id: str, n: int) -> list[Job]:
-        sql = self._store.sql
-        params = {
-            "queue": self._key, "worker": stored(worker_id), "n": n,
-            "lapsed": _LAPSED,
-        }  # fmt: skip
-        with translate(f"claim from {self.name!r}"), self._store.connection() as connection:
-            # One round trip: pipelined statements before the sync run as one
-            # implicit transaction, so a lapsed job is claimable by this claim.
-            with connection.pipeline():
-                connection.execute(sql.lapsed_to_dead, params)
-                connection.execute(sql.lapsed_to_pending, params)
-                claimed = connection.execute(sql.claim, params)
-            rows = claimed.fetchall()
-        return [
-            Job(
-                queue=self,
-                id=row[0],
-                payload=decode(row[1]),
-                priority=row[2],
-                attempts=row[3],
-                max_attempts=row[4],
-                run_at=row[5],
-                deadline=row[6],
-                worker_id=worker_id,
-                backoff_base_s=row[7],
-                visibility_timeout_s=row[8],
-            )
-            for row in rows
-        ]
+        claimed = self._store.run(self._plans.claim(worker_id, n))
+        return [Job(queue=self, **fields) for fields in claimed]
 
     def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
-        ids, attempts = zip(*claims, strict=True)
-        params = {
-            "queue": self._key, "worker": stored(worker_id), "ids": list(ids),
-            "attempts": list(attempts),
-        }  # fmt: skip
-        with translate(f"ack_batch on {self.name!r}"), self._store.connection() as connection:
-            return connection.execute(self._store.sql.ack_batch, params).rowcount
+        return self._store.run(self._plans.ack_batch(claims, worker_id))
 
     def _cancel(self, job_id: int) -> bool:
-        params = {"id": job_id, "queue": self._key}
-        with translate(f"cancel job {job_id}"), self._store.in_transaction() as connection:
-            removed = connection.execute(self._store.sql.cancel_live, params).rowcount
-            if not removed:
-                removed = connection.execute(self._store.sql.cancel_dead, params).rowcount
-        return removed > 0
+        return self._store.run(self._plans.cancel(job_id))
 
     def _get_job(self, job_id: int) -> JobInfo | None:
-        params = {"id": job_id, "queue": self._key}
-        with translate(f"get job {job_id}"), self._store.connection() as connection:
-            live = connection.execute(self._store.sql.get_live, params).fetchone()
-            if live is not None:
-                return job_info(live, dead=False)
-            dead = connection.execute(self._store.sql.get_dead, params).fetchone()
-        return None if dead is None else job_info(dead, dead=True)
+        return self._store.run(self._plans.get_job(job_id))
 
     def _sweep_expired(self) -> int:
-        sql = self._store.sql
-        params = {"queue": self._key, "lapsed": _LAPSED, "expired": _EXPIRED}
-        with translate(f"sweep {self.name!r}"), self._store.in_transaction() as connection:
-            moved = connection.execute(sql.expired_to_dead, params).rowcount
-            connection.execute(sql.lapsed_to_dead, params)
-            connection.execute(sql.lapsed_to_pending, params)
-            connection.execute(sql.purge_dead, params)
-        return moved
+        return self._store.run(self._plans.sweep_expired())
 
     def _until_ready(self) -> float | None:
-        with translate(f"look at {self.name!r}"), self._store.connection() as connection:
-            row = connection.execute(self._store.sql.next_ready, {"queue": self._key}).fetchone()
-        return None if row is None or row[0] is None else float(row[0])
-
-    def _holds(self, job: Job, **extra: Any) -> dict[str, Any]:
-        return {"id": job.id, "attempts": job.attempts, "worker": stored(job.worker_id), **extra}
+        return self._store.run(self._plans.until_ready())
 
     def _ack_job(self, job: Job) -> bool:
-        with translate(f"ack job {job.id}"), self._store.connection() as connection:
-            return connection.execute(self._store.sql.ack, self._holds(job)).rowcount == 1
+        return self._store.run(self._plans.ack(job.id, job.attempts, job.worker_id))
 
     def _retry_job(self, job: Job, error: str, delay_s: float) -> bool:
-        sql = self._store.sql
-        params = self._holds(
-            job,
-            error=stored(error),
-            delay=delay_s,
-            **self._store.wake_params(queue_wake_key(self.name)),
-        )
-        with translate(f"retry job {job.id}"), self._store.in_transaction() as connection:
-            if connection.execute(sql.retry, params).rowcount == 1:
-                return True
-            return connection.execute(sql.to_dead_if_held, params).rowcount == 1
+        plan = self._plans.retry(job.id, job.attempts, job.worker_id, error, delay_s)
+        return self._store.run(plan)
 
     def _fail_job(self, job: Job, error: str) -> bool:
-        params = self._holds(job, error=stored(error))
-        with translate(f"fail job {job.id}"), self._store.connection() as connection:
-            return connection.execute(self._store.sql.to_dead_if_held, params).rowcount == 1
+        return self._store.run(self._plans.fail(job.id, job.attempts, job.worker_id, error))
 
     def _release_job(self, job: Job) -> bool:
-        params = self._holds(job, **self._store.wake_params(queue_wake_key(self.name)))
-        with translate(f"release job {job.id}"), self._store.connection() as connection:
-            return connection.execute(self._store.sql.release, params).rowcount == 1
+        return self._store.run(self._plans.release(job.id, job.attempts, job.worker_id))
 
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
-        params = self._holds(job, extend=extend_s)
-        with translate(f"heartbeat job {job.id}"), self._store.connection() as connection:
-            row = connection.execute(self._store.sql.heartbeat, params).fetchone()
-        if row is None:
+        plan = self._plans.heartbeat(job.id, job.attempts, job.worker_id, extend_s)
+        deadline = self._store.run(plan)
+        if deadline is None:
             return False
-        job.deadline = row[0]
+        job.deadline = deadline
         return True
 
 

@@ -230,7 +230,8 @@ _LISTED = (
 class Statements:
     """The statements of one schema, rendered once."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str) -> None:  # noqa: PLR0915 - one statement per SQL statement
+        self.schema = schema
         render = functools.partial(_render_in, schema)
         self.enqueue = render(
             "INSERT INTO {s}.jobs (queue_key, queue, payload, priority, run_at, created_at, "

@@ -6,39 +6,33 @@ import contextlib
 import math
 import select
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import psycopg_pool
 
 from alkstore import Closed, QueueOpts, Schedule, ScheduleOpts
-from alkstore.engine import (
-    SCHEDULES_WAKE_KEY,
-    Lock,
-    PlacedSchedule,
-    Store,
-    TxHandle,
-    WakeReceiver,
-    decode,
-    place_schedule,
-)
+from alkstore.engine import Lock, Store, TxHandle, WakeReceiver
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._errors import connect_errors, translate
 from alkstore_postgres._inspect import PostgresInspector
 from alkstore_postgres._job_buffer import JobIds
 from alkstore_postgres._lock import PostgresLock, acquire
-from alkstore_postgres._names import channel_identifier, stored
+from alkstore_postgres._plan import Plan, opening, run_steps
 from alkstore_postgres._pool_log import pool_name, quiet_pool_noise
 from alkstore_postgres._queue import PostgresQueue
 from alkstore_postgres._scheduler import due_schedules, fire_boundary, until_next_fire
 from alkstore_postgres._schema import migrate
 from alkstore_postgres._settings import Settings
 from alkstore_postgres._sql import Statements
+from alkstore_postgres._store_plans import check_adopted, notify, schedule, unschedule
 from alkstore_postgres._stream import PostgresStream
 from alkstore_postgres._tx import PostgresTx
-from alkstore_postgres._wakes import Listener, notify_payload
+from alkstore_postgres._wakes import Listener
 
 __all__ = ["PostgresStore"]
+
+T = TypeVar("T")
 
 
 class PostgresStore(Store):
@@ -140,32 +134,15 @@ class PostgresStore(Store):
             self.pool.putconn(connection)
         return self.pool.getconn()  # every one was stale: the pool made these since
 
-    @contextlib.contextmanager
-    def in_transaction(self) -> Iterator[psycopg.Connection]:
-        """A pooled connection inside a transaction, committed at the end of the block."""
-        with self.connection() as connection, connection.transaction():
-            yield connection
-
-    def wake_params(
-        self, key: str, channel: str = "channel", payload: str = "key"
-    ) -> dict[str, str]:
-        """Bind parameters for ``pg_notify`` that wake ``key``'s receivers.
-
-        For the engine's own wakes (queues, streams, schedules): equal ones in one
-        transaction reach listeners once, as one wake says all there is to say.
-        """
-        return {channel: channel_identifier(self.settings.schema, key), payload: stored(key)}
-
-    def notify_params(self, channel: str) -> dict[str, str]:
-        """Bind parameters for ``pg_notify`` of a user's ``notify(channel)``.
-
-        Each payload differs, so each notify is its own wake: PostgreSQL delivers
-        equal notifications of one transaction only once.
-        """
-        return {
-            "channel": channel_identifier(self.settings.schema, channel),
-            "key": notify_payload(channel),
-        }
+    def run(self, plan: Plan[T]) -> T:
+        """Run ``plan`` (see ``_plan``) on a pooled connection, in one transaction
+        if its :class:`Operation` asks for one; driver errors become ``Database``."""
+        operation = opening(plan)
+        with translate(operation.action), self.connection() as connection:
+            if operation.transaction:
+                with connection.transaction():
+                    return run_steps(connection, plan)
+            return run_steps(connection, plan)
 
     # Engine hooks
 
@@ -174,8 +151,7 @@ class PostgresStore(Store):
         self.pool.close()
 
     def _notify(self, channel: str, payload_json: str) -> None:
-        with translate(f"notify {channel!r}"), self.connection() as connection:
-            connection.execute(self.sql.notify, self.notify_params(channel))
+        self.run(notify(self.sql, channel))
 
     def _watch(self, key: str) -> WakeReceiver:
         return self._listener.subscribe(key)
@@ -187,8 +163,7 @@ class PostgresStore(Store):
         return PostgresQueue(self, name, opts)
 
     def _try_lock(self, name: str, owner: str, ttl_s: float) -> Lock | None:
-        with translate(f"lock {name!r}"), self.connection() as connection:
-            held = acquire(self, connection, name, owner, ttl_s)
+        held = self.run(acquire(self.sql, name, owner, ttl_s))
         return PostgresLock(self, name, owner, ttl_s) if held else None
 
     def _schedule(
@@ -200,30 +175,10 @@ class PostgresStore(Store):
         payload_json: str,
         opts: ScheduleOpts,
     ) -> Schedule:
-        with translate(f"schedule {name!r}"), self.in_transaction() as connection:
-            row = connection.execute(self.sql.get_schedule, {"name": stored(name)}).fetchone()
-            if row is None:
-                existing, now = None, connection.execute(self.sql.now).fetchone()[0]  # type: ignore[index]
-            else:
-                existing, now = PlacedSchedule(row[0], row[1], row[2]), row[3]
-            placed = place_schedule(existing, spec, interval_s, now)
-            connection.execute(
-                self.sql.upsert_schedule,
-                {
-                    "name": stored(name), "spec": spec, "interval": interval_s,
-                    "queue": stored(queue), "payload": payload_json, "priority": opts.priority,
-                    "max_attempts": opts.max_attempts, "expires": opts.expires,
-                    "anchor": placed.anchor, "next": placed.next_fire_at,
-                },
-            )  # fmt: skip
-            connection.execute(self.sql.notify, self.wake_params(SCHEDULES_WAKE_KEY))
-        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
+        return self.run(schedule(self.sql, name, spec, interval_s, queue, payload_json, opts))
 
     def _unschedule(self, name: str) -> bool:
-        with translate(f"unschedule {name!r}"), self.connection() as connection:
-            return (
-                connection.execute(self.sql.delete_schedule, {"name": stored(name)}).rowcount == 1
-            )
+        return self.run(unschedule(self.sql, name))
 
     # The scheduler's storage primitives (core's loop calls them) live in _scheduler.
     _due_schedules = due_schedules
@@ -244,17 +199,7 @@ class PostgresStore(Store):
             raise TypeError(f"adopt_tx needs a psycopg.Connection, not {type(connection).__name__}")
         with translate("inspect the adopted connection"):
             found = connection.execute(self.sql.storage).fetchone()
-            if found is None or found[0] is None:
-                raise ValueError(
-                    f"adopt_tx: the connection's database has no alkstore schema "
-                    f"{self.settings.schema!r}; is it the store's database?"
-                )
-            if found != self._storage:
-                raise ValueError(
-                    f"adopt_tx: the connection reaches database {found[1]!r}, whose schema "
-                    f"{self.settings.schema!r} is not this store's ({self.location}); adopt "
-                    "a connection to the store's own database"
-                )
+            check_adopted(found, self._storage, self.settings.schema, self.location)
             if connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                 connection.execute("BEGIN")
         return PostgresTx(self, connection, None)

@@ -10,78 +10,69 @@ below N. The price: publishers to one stream serialise on their commits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-import psycopg
+from typing import TYPE_CHECKING
 
 from alkstore import StreamEvent
 from alkstore.engine import Stream, decode, offset_past_head, stream_wake_key
-from alkstore_postgres._errors import translate
-from alkstore_postgres._names import stored, unstored
+from alkstore_postgres._names import stored, unstored, wake_params
+from alkstore_postgres._plan import Fetch, Operation, Plan, Statement
 
 if TYPE_CHECKING:
+    from alkstore_postgres._sql import Statements
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["PostgresStream", "insert_event", "raise_offset"]
+__all__ = ["PostgresStream", "StreamPlans", "insert_event", "raise_offset"]
 
 
-Execute = Callable[[str, dict[str, Any]], psycopg.Cursor[Any]]
-"""Runs one statement: ``connection.execute``, or a transaction's own runner."""
-
-
-def insert_event(
-    store: PostgresStore, execute: Execute, stream: str, key: str | None, payload_json: str
-) -> int:
-    """Append an event with ``execute``; return its offset."""
-    row = execute(
-        store.sql.publish,
-        {
-            "stream": stored(stream),
-            "key": None if key is None else stored(key),
-            "payload": payload_json,
-            **store.wake_params(stream_wake_key(stream), "channel", "wake"),
-        },
-    ).fetchone()
+def insert_event(sql: Statements, stream: str, key: str | None, payload_json: str) -> Plan[int]:
+    """Append an event; its offset."""
+    params = {
+        "stream": stored(stream),
+        "key": None if key is None else stored(key),
+        "payload": payload_json,
+        **wake_params(sql.schema, stream_wake_key(stream), "channel", "wake"),
+    }
+    row = yield Statement(sql.publish, params, Fetch.ONE)
     assert row is not None
     return int(row[0])
 
 
-def raise_offset(
-    store: PostgresStore, execute: Execute, stream: str, consumer: str, offset: int
-) -> bool:
+def raise_offset(sql: Statements, stream: str, consumer: str, offset: int) -> Plan[bool]:
     """Move the consumer's offset up to ``offset``; True if it moved.
 
     Raises:
-        ValueError: ``offset`` is past the stream's head, as ``execute`` sees it.
+        ValueError: ``offset`` is past the stream's head, as the transaction sees it.
     """
     params = {"stream": stored(stream), "consumer": stored(consumer), "offset": offset}
-    if execute(store.sql.save_offset, params).rowcount == 1:
+    if (yield Statement(sql.save_offset, params, Fetch.ROWCOUNT)) == 1:
         return True
-    row = execute(store.sql.stream_head, params).fetchone()
+    row = yield Statement(sql.stream_head, params, Fetch.ONE)
     head = 0 if row is None else int(row[0])
     if offset > head:
         raise offset_past_head(stream, offset, head)
     return False
 
 
-class PostgresStream(Stream):
-    """A stream in the store's schema."""
+class StreamPlans:
+    """The operations of one stream, as plans (see ``_plan``), for the sync and
+    the async stream."""
 
-    _store: PostgresStore
+    def __init__(self, sql: Statements, name: str) -> None:
+        self._sql = sql
+        self._name = name
 
-    def _publish(self, key: str | None, payload_json: str) -> int:
-        with translate(f"publish to {self.name!r}"), self._store.connection() as connection:
-            return insert_event(self._store, connection.execute, self.name, key, payload_json)
+    def publish(self, key: str | None, payload_json: str) -> Plan[int]:
+        yield Operation(f"publish to {self._name!r}")
+        return (yield from insert_event(self._sql, self._name, key, payload_json))
 
-    def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
-        params = {"stream": stored(self.name), "offset": offset, "limit": limit}
-        with translate(f"read {self.name!r}"), self._store.connection() as connection:
-            rows = connection.execute(self._store.sql.read_since, params).fetchall()
+    def read_since(self, offset: int, limit: int) -> Plan[list[StreamEvent]]:
+        yield Operation(f"read {self._name!r}")
+        params = {"stream": stored(self._name), "offset": offset, "limit": limit}
+        rows = yield Statement(self._sql.read_since, params, Fetch.ALL)
         return [
             StreamEvent(
                 offset=row[0],
-                stream=self.name,
+                stream=self._name,
                 key=None if row[1] is None else unstored(row[1]),
                 payload=decode(row[2]),
                 created_at=row[3],
@@ -89,12 +80,34 @@ class PostgresStream(Stream):
             for row in rows
         ]
 
-    def _get_offset(self, consumer: str) -> int:
-        params = {"stream": stored(self.name), "consumer": stored(consumer)}
-        with translate(f"read offset of {consumer!r}"), self._store.connection() as connection:
-            row = connection.execute(self._store.sql.get_offset, params).fetchone()
+    def get_offset(self, consumer: str) -> Plan[int]:
+        yield Operation(f"read offset of {consumer!r}")
+        params = {"stream": stored(self._name), "consumer": stored(consumer)}
+        row = yield Statement(self._sql.get_offset, params, Fetch.ONE)
         return 0 if row is None else int(row[0])
 
+    def save_offset(self, consumer: str, offset: int) -> Plan[bool]:
+        yield Operation(f"save offset of {consumer!r}")
+        return (yield from raise_offset(self._sql, self._name, consumer, offset))
+
+
+class PostgresStream(Stream):
+    """A stream in the store's schema."""
+
+    _store: PostgresStore
+
+    def __init__(self, store: PostgresStore, name: str) -> None:
+        super().__init__(store, name)
+        self._plans = StreamPlans(store.sql, name)
+
+    def _publish(self, key: str | None, payload_json: str) -> int:
+        return self._store.run(self._plans.publish(key, payload_json))
+
+    def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
+        return self._store.run(self._plans.read_since(offset, limit))
+
+    def _get_offset(self, consumer: str) -> int:
+        return self._store.run(self._plans.get_offset(consumer))
+
     def _save_offset(self, consumer: str, offset: int) -> bool:
-        with translate(f"save offset of {consumer!r}"), self._store.connection() as connection:
-            return raise_offset(self._store, connection.execute, self.name, consumer, offset)
+        return self._store.run(self._plans.save_offset(consumer, offset))

@@ -31,7 +31,7 @@ from alkstore.engine import BufferedWakeReceiver, WakeFanout
 from alkstore_postgres._errors import reason
 from alkstore_postgres._names import channel_identifier, stored, unstored
 
-__all__ = ["Listener", "notify_payload", "payload_key"]
+__all__ = ["Listener", "notify_params", "notify_payload", "payload_key"]
 
 log = logging.getLogger("alkstore.postgres")
 
@@ -50,6 +50,15 @@ def notify_payload(key: str) -> str:
     transaction once; a serial number keeps each notify its own wake.
     """
     return f"{_NOTIFY_TAG}{next(_notify_serial)}:{stored(key)}"
+
+
+def notify_params(schema: str, channel: str) -> dict[str, str]:
+    """Bind parameters for ``pg_notify`` of a user's ``notify(channel)`` in ``schema``.
+
+    Each payload differs, so each notify is its own wake: PostgreSQL delivers
+    equal notifications of one transaction only once.
+    """
+    return {"channel": channel_identifier(schema, channel), "key": notify_payload(channel)}
 
 
 def payload_key(payload: str) -> str:

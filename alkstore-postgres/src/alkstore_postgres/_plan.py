@@ -1,0 +1,167 @@
+"""Operations written once, run on a sync or an async psycopg connection.
+
+An operation is a *plan*: a generator that yields what to run and is sent
+each result back, like psycopg's own generators. It holds the operation's
+SQL, bind parameters, row mapping and decisions, and does no I/O itself, so
+the sync store runs it with :func:`run_plan` on a ``psycopg.Connection``
+and the async store with :func:`run_plan_async` on a
+``psycopg.AsyncConnection``, alike.
+
+A plan run on its own connection first yields an :class:`Operation`: what it
+is doing (for error messages) and whether its statements need one
+transaction. Then it yields steps:
+
+- a :class:`Statement` is sent back its result, as its ``fetch`` says: the
+  row count, the first row (or None), every row, the rows if the statement
+  returns any, or None;
+- a :class:`Pipeline` runs its statements in one round trip (pipelined
+  statements before the sync run as one implicit transaction) and is sent
+  back the list of their results.
+
+Plans compose with ``yield from``: a plan without an :class:`Operation`
+(``insert_job``, say) runs inside another, or inside a transaction handle.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+
+__all__ = [
+    "Fetch", "Operation", "Pipeline", "Plan", "Statement", "Step",
+    "opening", "run_plan", "run_plan_async", "run_step", "run_step_async", "run_steps",
+    "run_steps_async",
+]  # fmt: skip
+
+T = TypeVar("T")
+
+
+class Fetch(enum.Enum):
+    """What a statement's step is sent back."""
+
+    NOTHING = enum.auto()
+    ROWCOUNT = enum.auto()
+    ONE = enum.auto()
+    ALL = enum.auto()
+    ROWS_IF_ANY = enum.auto()
+    """Every row, or ``[]`` for a statement that returns none (``tx.execute``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """One statement to run, and what to fetch from it."""
+
+    sql: str
+    params: Any = None
+    fetch: Fetch = Fetch.NOTHING
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """Statements sent together, in one round trip."""
+
+    statements: tuple[Statement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """A plan's first yield: what it does, and whether it needs one transaction."""
+
+    action: str
+    transaction: bool = False
+
+
+Step = Statement | Pipeline
+Plan = Generator[Step | Operation, Any, T]
+
+
+def opening(plan: Plan[Any]) -> Operation:
+    """Start ``plan`` and return its :class:`Operation`."""
+    first = next(plan)
+    assert isinstance(first, Operation), f"a plan run on its own opens with an Operation: {first}"
+    return first
+
+
+def run_steps(connection: psycopg.Connection, plan: Plan[T]) -> T:
+    """Run the steps of ``plan`` (past its opening) on ``connection``; its value."""
+    result: Any = None
+    while True:
+        try:
+            step = plan.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        assert not isinstance(step, Operation), "an Operation comes first, or not at all"
+        result = run_step(connection, step)
+
+
+def run_plan(connection: psycopg.Connection, plan: Plan[T]) -> T:
+    """Run a whole plan, its :class:`Operation` included, on ``connection``."""
+    if opening(plan).transaction:
+        with connection.transaction():
+            return run_steps(connection, plan)
+    return run_steps(connection, plan)
+
+
+def run_step(connection: psycopg.Connection, step: Step) -> Any:
+    """Run one step on ``connection``; its result."""
+    if isinstance(step, Statement):
+        return _fetched(connection.execute(step.sql, step.params), step.fetch)
+    with connection.pipeline():
+        cursors = [connection.execute(each.sql, each.params) for each in step.statements]
+    return [_fetched(c, each.fetch) for c, each in zip(cursors, step.statements, strict=True)]
+
+
+def _fetched(cursor: psycopg.Cursor[Any], fetch: Fetch) -> Any:
+    if fetch is Fetch.ROWCOUNT:
+        return cursor.rowcount
+    if fetch is Fetch.ONE:
+        return cursor.fetchone()
+    if fetch is Fetch.ALL or (fetch is Fetch.ROWS_IF_ANY and cursor.description is not None):
+        return cursor.fetchall()
+    return [] if fetch is Fetch.ROWS_IF_ANY else None
+
+
+async def run_steps_async(connection: psycopg.AsyncConnection, plan: Plan[T]) -> T:
+    """:func:`run_steps` on an async connection."""
+    result: Any = None
+    while True:
+        try:
+            step = plan.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        assert not isinstance(step, Operation), "an Operation comes first, or not at all"
+        result = await run_step_async(connection, step)
+
+
+async def run_plan_async(connection: psycopg.AsyncConnection, plan: Plan[T]) -> T:
+    """:func:`run_plan` on an async connection."""
+    if opening(plan).transaction:
+        async with connection.transaction():
+            return await run_steps_async(connection, plan)
+    return await run_steps_async(connection, plan)
+
+
+async def run_step_async(connection: psycopg.AsyncConnection, step: Step) -> Any:
+    """:func:`run_step` on an async connection."""
+    if isinstance(step, Statement):
+        return await _fetched_async(await connection.execute(step.sql, step.params), step.fetch)
+    async with connection.pipeline():
+        cursors = [await connection.execute(each.sql, each.params) for each in step.statements]
+    return [
+        await _fetched_async(c, each.fetch)
+        for c, each in zip(cursors, step.statements, strict=True)
+    ]
+
+
+async def _fetched_async(cursor: psycopg.AsyncCursor[Any], fetch: Fetch) -> Any:
+    if fetch is Fetch.ROWCOUNT:
+        return cursor.rowcount
+    if fetch is Fetch.ONE:
+        return await cursor.fetchone()
+    if fetch is Fetch.ALL or (fetch is Fetch.ROWS_IF_ANY and cursor.description is not None):
+        return await cursor.fetchall()
+    return [] if fetch is Fetch.ROWS_IF_ANY else None
