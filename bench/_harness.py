@@ -74,6 +74,16 @@ OPERATIONS = _operations(
     Operation("publish_100", "publish, 100 per tx", "events/s"),
     Operation("replay", "replay (read a stream from 0)", "events/s"),
     Operation("idle_cpu", "idle CPU, 50 listeners + 4 parked", "% of a core", False),
+    # asyncio: alkstore's async API beside its sync API ("alkstore sync") and pgqueuer's
+    Operation("async_enqueue_1", "async enqueue, 1 per tx, 1 task", "jobs/s"),
+    Operation("async_enqueue_1_32t", "async enqueue, 1 per tx, 32 tasks", "jobs/s"),
+    Operation("async_drain_batch_1w", "async drain claim_batch(32)+ack_batch, 1 worker", "jobs/s"),
+    Operation("async_drain_batch_4w", "async drain claim_batch(32)+ack_batch, 4 workers", "jobs/s"),
+    Operation("async_enqueue_claim_p50", "async worker: enqueue → handler, p50", "ms", False),
+    Operation("async_enqueue_claim_p99", "async worker: enqueue → handler, p99", "ms", False),
+    Operation(
+        "async_idle_threads", "idle threads: 50 receivers + 4 parked workers", "threads", False
+    ),
 )
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "PAGE",
     "QUEUE",
     "STREAM",
+    "TASKS",
     "WAKE_TIMEOUT_S",
     "Measured",
     "backlog_rounds",
@@ -33,6 +34,9 @@ STREAM = "bench"
 CHANNEL = "bench"
 BATCH = 32
 """Jobs per claim in the ``drain_batch_*`` rows (and pgqueuer's ``batch_size``)."""
+TASKS = 32
+"""Concurrent enqueuers in ``async_enqueue_1_32t``: tasks on one store or pool (threads on
+one Store for alkstore's sync API)."""
 PAGE = 1000
 """Events per read when replaying a stream."""
 WAKE_TIMEOUT_S = 10.0

@@ -1,6 +1,7 @@
 """What the PostgreSQL subjects share beyond ``_measured``: a settle time, a query.
 
-Private to ``postgres_subjects`` and ``_pg_peers``.
+Private to ``postgres_subjects`` and ``_pg_peers``; ``PEER_SETTLE_S`` also serves
+alkstore's own Worker in the ``async_enqueue_claim`` rows (``alkstore_async``).
 """
 
 from __future__ import annotations

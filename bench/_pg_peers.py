@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from _harness import Sizes, peer_process, postgres_database, wake_latencies
-from _measured import BATCH, Measured, check_count, drain_seconds
+from _measured import BATCH, TASKS, Measured, check_count, drain_seconds
 from _pg_common import PEER_SETTLE_S, scalar
 
 __all__ = ["Pgqueuer", "Procrastinate"]
@@ -158,6 +158,44 @@ class Pgqueuer(Measured):
             with peer_process(_pgq_parked_worker, argument) as pipe:
                 _await_armed(pipe)
                 return wake_latencies(pipe, sizes.latency_samples, enqueue, settle_s=PEER_SETTLE_S)
+
+    # The asyncio rows: pgqueuer's API is asyncio already, so each is its own row's
+    # measurement again (taken in turn with alkstore's async and sync figures).
+
+    def _async_enqueue_1(self, sizes: Sizes) -> float:
+        return self._enqueue_1(sizes)
+
+    def _async_enqueue_1_32t(self, sizes: Sizes) -> float:
+        with self._place() as (url, loop, _):
+            return _run(loop, _pgq_enqueue_in_tasks(url, sizes.enqueues))
+
+    def _async_drain_batch_1w(self, sizes: Sizes) -> float:
+        return self._drain_workers(sizes, 1)
+
+    def _async_drain_batch_4w(self, sizes: Sizes) -> float:
+        return self._drain_workers(sizes, 4)
+
+    def _async_enqueue_claim(self, sizes: Sizes) -> list[float]:
+        return self._enqueue_claim(sizes)
+
+
+async def _pgq_enqueue_in_tasks(url: str, count: int) -> float:
+    """``count`` enqueues from ``TASKS`` tasks through one asyncpg pool (its default size,
+    10 connections, as alkstore's pool), per second."""
+    pgqueuer = importlib.import_module("pgqueuer")
+    pool = await importlib.import_module("asyncpg").create_pool(dsn=url)
+    try:
+        queries = pgqueuer.Queries(pgqueuer.AsyncpgPoolDriver(pool))
+
+        async def enqueue_share(first: int) -> None:
+            for n in range(first, count, TASKS):
+                await queries.enqueue(ENTRYPOINT, json.dumps({"n": n}).encode(), 0)
+
+        return await _rate(
+            count, lambda: asyncio.gather(*(enqueue_share(task) for task in range(TASKS)))
+        )
+    finally:
+        await pool.close()
 
 
 async def _pgq_connect(argument: dict[str, Any]) -> tuple[Any, Callable[[], Awaitable[None]]]:

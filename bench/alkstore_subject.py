@@ -1,24 +1,22 @@
 """alkstore itself, through its public API only: one subject for every engine.
 
 The code is the same on SQLite and PostgreSQL; only the fresh storage it
-opens differs (``_place``), as a user's code differs only by its DSN.
+opens differs (``_place``), as a user's code differs only by its DSN. The
+``async_*`` rows go through the asyncio API (``alkstore_async``); the
+``alkstore sync`` subject measures those rows through the sync API beside it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import multiprocessing.connection
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from _harness import (
     Sizes,
     peer_process,
     per_second,
-    postgres_database,
-    sqlite_file,
     wake_latencies,
 )
 from _measured import (
@@ -33,32 +31,36 @@ from _measured import (
     check_count,
     drain_seconds,
 )
+from _pg_common import PEER_SETTLE_S
+from alkstore_async import (
+    STARTUP_S,
+    AsyncRows,
+    await_armed,
+    check_drained,
+    fill_queue,
+    fresh_target,
+    sync_enqueue_in_threads,
+    sync_idle,
+    sync_parked_worker,
+)
 
 import alkstore
 
-__all__ = ["Alkstore"]
+__all__ = ["Alkstore", "AlkstoreSync"]
 
 
-class Alkstore(Measured):
+class Alkstore(AsyncRows):
     name = "alkstore"
     notes = (
         "public API: enqueue, transaction()+enqueue_tx, claim_one/ack, claim_batch/ack_batch, "
-        "publish, publish_tx, read_since, notify/listen, queue.wait; default engine options"
+        "publish, publish_tx, read_since, notify/listen, queue.wait; default engine options; "
+        "async_* rows: open_async and the same calls awaited (asyncio's default loop), "
+        "Worker.run_async with an async handler"
     )
 
     def __init__(self, engine: str) -> None:
         super().__init__()
         self.engine = engine
-
-    @contextlib.contextmanager
-    def _place(self) -> Iterator[str]:
-        """Fresh storage on this subject's engine, as a target for ``alkstore.open``."""
-        if self.engine == "sqlite":
-            with sqlite_file() as path:
-                yield str(path)
-        else:
-            with postgres_database() as url:
-                yield url
 
     def _enqueue_1(self, sizes: Sizes) -> float:
         with self._place() as url, alkstore.open(url) as store:
@@ -215,3 +217,67 @@ def _alk_idle(argument: dict[str, Any], pipe: multiprocessing.connection.Connect
     idle = importlib.import_module("idle")  # bench/idle.py: bench/ is on the path
     result = idle.measure(argument["target"], argument["seconds"])
     pipe.send(result["cpu_percent_of_a_core"])
+
+
+class AlkstoreSync(Measured):
+    """The ``async_*`` rows through the sync API: the reference the async API is held to."""
+
+    name = "alkstore sync"
+    notes = (
+        "the async_* rows through the sync API: enqueue in a loop; 32 threads on one Store; "
+        "claim_batch/ack_batch drains; Worker.run (handler threads) with a sync handler; "
+        "idle threads: one Store with one listener (the async target's reference)"
+    )
+
+    def __init__(self, engine: str) -> None:
+        super().__init__()
+        self.engine = engine
+
+    def _async_enqueue_1(self, sizes: Sizes) -> float:
+        with fresh_target(self.engine) as url, alkstore.open(url) as store:
+            queue = store.queue(QUEUE)
+
+            def run() -> None:
+                for n in range(sizes.enqueues):
+                    queue.enqueue({"n": n})
+
+            return per_second(sizes.enqueues, run)
+
+    def _async_enqueue_1_32t(self, sizes: Sizes) -> float:
+        with fresh_target(self.engine) as url:
+            return sync_enqueue_in_threads(url, sizes.enqueues)
+
+    def _async_drain_batch_1w(self, sizes: Sizes) -> float:
+        return self._drain_batch(sizes, 1)
+
+    def _async_drain_batch_4w(self, sizes: Sizes) -> float:
+        return self._drain_batch(sizes, 4)
+
+    def _drain_batch(self, sizes: Sizes, workers: int) -> float:
+        with fresh_target(self.engine) as url:
+            fill_queue(url, sizes.drain_jobs)
+            seconds = drain_seconds(_alk_drain, {"url": url, "batch": True}, workers)
+            check_drained(url)
+        return sizes.drain_jobs / seconds
+
+    def _async_enqueue_claim(self, sizes: Sizes) -> list[float]:
+        with fresh_target(self.engine) as url, alkstore.open(url) as store:
+            queue = store.queue(QUEUE)
+            argument = {"url": url, "samples": sizes.latency_samples}
+            with peer_process(sync_parked_worker, argument) as pipe:
+                await_armed(pipe)
+                return wake_latencies(
+                    pipe,
+                    sizes.latency_samples,
+                    lambda n, t0: queue.enqueue({"n": n, "t0": t0}),
+                    settle_s=PEER_SETTLE_S,
+                )
+
+    def _async_idle_threads(self, sizes: Sizes) -> float:
+        with (
+            fresh_target(self.engine) as url,
+            peer_process(sync_idle, {"url": url}, timeout=STARTUP_S) as pipe,
+        ):
+            if not pipe.poll(STARTUP_S):
+                raise TimeoutError("the idle process did not report")
+            return float(pipe.recv())

@@ -1,5 +1,6 @@
 """The PostgreSQL subjects: alkstore (``alkstore_subject``), the raw psycopg floor,
-pgqueuer and procrastinate.
+pgqueuer and procrastinate, and ``alkstore sync`` (the ``async_*`` rows through the
+sync API).
 
 Every measurement runs in a fresh database (``postgres_database()``): alkstore
 creates its schema on open, the raw floor its two tables, pgqueuer runs its
@@ -51,6 +52,11 @@ How the peers map onto the rows (their own worker machinery, no-op handler):
   and checked so. ``concurrency`` (its default is 1) is for overlapping I/O
   waits in async tasks; with a no-op task on this 2-core machine 4, 8 and 32
   drained no faster than 1.
+- The ``async_*`` rows: pgqueuer's API is asyncio already, so its figures
+  there are its own rows' measurements again (``async_enqueue_1`` is its
+  ``enqueue_1``, ...), taken in turn with alkstore's; ``async_enqueue_1_32t``
+  runs 32 tasks through one asyncpg pool (``AsyncpgPoolDriver``, asyncpg's
+  default size of 10, alkstore's pool size). procrastinate: None there.
 - Latency for the peers is enqueue → *handler start* (their worker claims,
   then calls the handler, which records ``time.time()``), sampled the same
   way; the parent waits ``PEER_SETTLE_S`` after the handler reports, since
@@ -91,13 +97,19 @@ from _measured import (
 )
 from _pg_common import scalar
 from _pg_peers import Pgqueuer, Procrastinate
-from alkstore_subject import Alkstore
+from alkstore_subject import Alkstore, AlkstoreSync
 
 __all__ = ["subjects"]
 
 
 def subjects() -> list[Subject]:
-    return [Alkstore("postgres"), RawPsycopg(), Pgqueuer(), Procrastinate()]
+    return [
+        Alkstore("postgres"),
+        RawPsycopg(),
+        Pgqueuer(),
+        Procrastinate(),
+        AlkstoreSync("postgres"),
+    ]
 
 
 # alkstore, through the public API only

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import fnmatch
 import importlib
 import importlib.metadata
 import json
@@ -92,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="small sizes: a run under 3 minutes")
     parser.add_argument("--engine", choices=[*ENGINES, "all"], default="all")
     parser.add_argument(
-        "--only", metavar="OP[,OP...]", help=f"only these operations: {', '.join(OPERATIONS)}"
+        "--only",
+        metavar="OP[,OP...]",
+        help=f"only these operations (or patterns, such as async_*): {', '.join(OPERATIONS)}",
     )
     parser.add_argument(
         "--repeat",
@@ -113,13 +116,14 @@ def _positive(text: str) -> int:
 
 
 def _operations(only: str | None) -> list[str]:
+    """The operations ``--only`` names (each a key, or a pattern such as ``async_*``)."""
     if not only:
         return list(OPERATIONS)
     chosen = [key.strip() for key in only.split(",") if key.strip()]
-    unknown = [key for key in chosen if key not in OPERATIONS]
+    unknown = [c for c in chosen if not any(fnmatch.fnmatchcase(key, c) for key in OPERATIONS)]
     if unknown:
         raise ValueError(f"unknown operation {', '.join(unknown)} (known: {', '.join(OPERATIONS)})")
-    return [key for key in OPERATIONS if key in chosen]
+    return [key for key in OPERATIONS if any(fnmatch.fnmatchcase(key, c) for c in chosen)]
 
 
 # Running
@@ -304,7 +308,7 @@ def render(report: dict[str, Any], machine: dict[str, Any], *, quick: bool) -> s
         lines += [f"unavailable: {report['reason']}", ""]
         return "\n".join(lines)
     measured = [s["name"] for s in report["subjects"] if s["available"]]
-    anchors = [name for name in measured if name != MEASURED]
+    anchors = [name for name in measured if name != MEASURED and _has_figures(report, name)]
     columns = ["operation", "unit"]
     if MEASURED in measured:
         columns.append(MEASURED)
@@ -333,13 +337,25 @@ def render(report: dict[str, Any], machine: dict[str, Any], *, quick: bool) -> s
     return "\n".join([*lines, "", LEGEND, *_footer(report), ""])
 
 
+def _has_figures(report: dict[str, Any], name: str) -> bool:
+    """Whether the subject ``name`` measured any of the run's operations (a figure or an
+    error): an anchor of other operations only (such as ``alkstore sync``) gets no column."""
+    return any(
+        row["figures"].get(name, {}).get("value") is not None or "error" in row["figures"][name]
+        for row in report["operations"]
+        if name in row["figures"]
+    )
+
+
 def _footer(report: dict[str, Any]) -> list[str]:
     """Subjects' notes and unavailability, errors in full, and the targets' tally."""
     lines: list[str] = []
     for subject in report["subjects"]:
         if not subject["available"]:
             lines.append(f"- {subject['name']}: unavailable: {subject['reason']}")
-        elif subject["notes"]:
+        elif subject["notes"] and (
+            subject["name"] == MEASURED or _has_figures(report, subject["name"])
+        ):
             lines.append(f"- {subject['name']}: {subject['notes']}")
     for row in report["operations"]:
         for name, cell in row["figures"].items():
@@ -361,7 +377,10 @@ def _shown(cell: dict[str, Any], operation: Operation, *, wide: bool = False) ->
     value = cell.get("value")
     if value is None:
         return "n/a"
-    number = f"{value:,.0f}" if value >= 100 else f"{value:.3g}" if value < 1 else f"{value:.2f}"
+    if value >= 100 or float(value).is_integer():  # counts (threads) show as counts
+        number = f"{value:,.0f}"
+    else:
+        number = f"{value:.3g}" if value < 1 else f"{value:.2f}"
     return f"{number} {operation.unit}" if wide else number
 
 

@@ -1,5 +1,5 @@
 """The SQLite subjects: alkstore (``alkstore_subject``), the raw ``sqlite3`` floor,
-and ``honker``.
+``honker``, and ``alkstore sync`` (the ``async_*`` rows through the sync API).
 
 Each measurement runs in a fresh file (``sqlite_file()``). Worker and
 listener processes are spawned, so everything they run is a module-level
@@ -41,7 +41,7 @@ from _measured import (
     drain_seconds,
     read_pages,
 )
-from alkstore_subject import Alkstore
+from alkstore_subject import Alkstore, AlkstoreSync
 
 __all__ = ["subjects"]
 
@@ -51,7 +51,7 @@ POLL_S = 0.001
 
 
 def subjects() -> list[Subject]:
-    return [Alkstore("sqlite"), RawSqlite(), Honker()]
+    return [Alkstore("sqlite"), RawSqlite(), Honker(), AlkstoreSync("sqlite")]
 
 
 # The raw floor: the bare sqlite3 module and the fastest correct SQL

@@ -68,6 +68,17 @@ TARGETS: list[Target] = [
     Target("postgres", "enqueue_claim_p50", "at_most", 4.0),
     Target("postgres", "notify_wake_p50", "at_most", 3.0),
     _flat_backlog("postgres"),
+    # asyncio: the async API beside the sync one ("alkstore sync") and pgqueuer's async API.
+    # Idle threads: "alkstore sync" counts one Store with one listener, and the ratio is
+    # sync ÷ async, so >= 1 means the async store's 50 receivers and 4 workers use no more.
+    *_anchored("sqlite", "alkstore sync", {"async_enqueue_1": 0.9}),
+    *_anchored("postgres", "alkstore sync", {"async_enqueue_1": 0.9, "async_idle_threads": 1.0}),
+    *_anchored(
+        "postgres",
+        "pgqueuer",
+        {"async_enqueue_1_32t": 1.5, "async_drain_batch_1w": 1.5, "async_drain_batch_4w": 1.5},
+    ),
+    Target("postgres", "async_enqueue_claim_p50", "at_most", 2.0),
 ]
 
 
