@@ -1,5 +1,6 @@
 """The Consumer: runs a handler on every event of a stream, saving its offset per batch.
 
+It works on a sync :class:`~alkstore.Store` or an :class:`~alkstore.AsyncStore`.
 Events are handled in offset order, one at a time. After each handled batch
 the consumer saves the last offset explicitly — or, with
 ``transactional=True``, saves it inside the same transaction as the handler's
@@ -11,6 +12,11 @@ The consumer's own database calls (subscribe, read, offset save, the batch's
 transaction) ride out outages: one warning per outage, capped pauses, and the
 consumer resumes where it was. A handled event is never skipped; one whose
 offset save the outage swallowed may be delivered again (at least once).
+
+``run`` (below) and ``run_async`` (``_consumer_async``) differ only in how
+they wait and call the database; what a batch's outcome means, what to save
+and count, and how long to pause are decided once (``judge_batch`` in
+``_batch_verdict``, and :meth:`Consumer._after_batch`).
 """
 
 from __future__ import annotations
@@ -22,8 +28,14 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
+from alkstore._async_store import AsyncStore
+from alkstore._async_stream import AsyncStream
+from alkstore._async_tx import AsyncTxHandle
 from alkstore._backoff import backoff_ceiling
+from alkstore._batch_verdict import judge_batch
+from alkstore._consumer_async import AsyncConsumerRun
 from alkstore._errors import Closed, Database, Error
 from alkstore._names import check_identifier
 from alkstore._options import check_duration, check_int
@@ -40,9 +52,12 @@ __all__ = ["Consumer", "EventHandler"]
 log = logging.getLogger("alkstore.consumer")
 
 EventHandler = (
-    Callable[[StreamEvent], object | Awaitable[object]] | Callable[[StreamEvent, TxHandle], object]
+    Callable[[StreamEvent], object | Awaitable[object]]
+    | Callable[[StreamEvent, TxHandle], object]
+    | Callable[[StreamEvent, AsyncTxHandle], Awaitable[object]]
 )
-"""Called with each event (and, when transactional, the batch's transaction)."""
+"""Called with each event (and, when transactional, the batch's transaction:
+a :class:`TxHandle` on a sync store, an :class:`AsyncTxHandle` on an async one)."""
 
 _RETRY_BASE_S = 0.1
 _RETRY_MAX_S = 30.0
@@ -51,17 +66,24 @@ _RETRY_MAX_S = 30.0
 class Consumer:
     """Runs ``handler`` on every event of ``stream`` as consumer ``name``.
 
+    ``store`` is a :class:`Store` or an :class:`AsyncStore`. On a ``Store``,
+    :meth:`run` works on the calling thread and :meth:`run_async` in an event
+    loop; on an ``AsyncStore`` only :meth:`run_async` works (``run`` raises
+    ``TypeError``), awaiting the store's stream and receiver.
+
     Starts after the consumer's saved offset. ``batch_size`` events at most
     are handled between offset saves. With ``transactional=True`` the handler
     is called as ``handler(event, tx)`` and each batch runs in one
     transaction that also saves the offset: its writes and the offset commit
-    or roll back together.
+    or roll back together. On a sync store that handler is a plain function
+    given a :class:`TxHandle`; on an async store, a coroutine function given
+    an :class:`AsyncTxHandle`.
     """
 
     def __init__(
         self,
-        store: Store,
-        stream: str | Stream,
+        store: Store | AsyncStore,
+        stream: str | Stream | AsyncStream,
         name: str,
         handler: EventHandler,
         *,
@@ -72,18 +94,15 @@ class Consumer:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         self.store = store
-        self.stream = store.stream(stream) if isinstance(stream, str) else stream
+        self.stream = _resolve_stream(store, stream)
         self.name = check_identifier(name, "consumer")
         self.handler = handler
         self.batch_size = check_int(batch_size, "batch_size", minimum=1, maximum=MAX_READ)
         self.transactional = bool(transactional)
         self.idle_wait_s = check_duration(idle_wait_s, "idle_wait_s", zero_ok=False)
         self._is_async = inspect.iscoroutinefunction(handler)
-        if self._is_async and self.transactional:
-            raise TypeError(
-                "a transactional handler must be a plain function: a transaction "
-                "belongs to the thread that opened it"
-            )
+        if self.transactional:
+            _check_transactional(store, self._is_async)
         _check_arity(handler, 2 if self.transactional else 1)
         self._lock = threading.Lock()
         self._succeeded = self._failed = 0
@@ -102,14 +121,18 @@ class Consumer:
         is delivered again next time (at least once).
 
         Raises:
+            TypeError: the consumer's store is an :class:`AsyncStore`, whose
+                calls belong to the event loop it was opened in: use
+                ``await consumer.run_async(stop)`` there.
             BaseException: what a handler raised that is not an ``Exception``
                 (``SystemExit``, ``KeyboardInterrupt``), after saving the
                 offset of the events handled before it (one try).
         """
+        stream = self._sync_stream("run(stop)")
         self._started_at = time.monotonic()
         with contextlib.suppress(Closed):
             while not stop.is_set() and not self.store.closed:
-                receiver = self._subscribe(stop)
+                receiver = self._subscribe(stream, stop)
                 if receiver is None:
                     return
                 relay = threading.Thread(target=_close_on_stop, args=(stop, receiver), daemon=True)
@@ -124,32 +147,28 @@ class Consumer:
                     receiver.close()
 
     def run_forever(self) -> None:
-        """Consume until SIGTERM or SIGINT."""
+        """Consume until SIGTERM or SIGINT.
+
+        Raises:
+            TypeError: the consumer's store is an :class:`AsyncStore` (see :meth:`run`).
+        """
+        self._sync_stream("run_forever()")
         with stop_on_signals() as stop:
             self.run(stop)
 
     async def run_async(self, stop: asyncio.Event | None = None) -> None:
         """Consume in the running event loop until ``stop`` is set or the task is cancelled.
 
-        Outages and handler failures are handled as by :meth:`run`.
+        On an :class:`AsyncStore` every database call is awaited (the store
+        must belong to this loop); on a sync :class:`Store` they run on
+        threads. Coroutine handlers are awaited on the loop, plain ones run on
+        the loop's executor. Outages and handler failures are handled as by
+        :meth:`run`. A cancelled run saves nothing more: events handled since
+        the last save are delivered again next time (at least once).
         """
         stop = asyncio.Event() if stop is None else stop
         self._started_at = time.monotonic()
-        with contextlib.suppress(Closed):
-            while not stop.is_set() and not self.store.closed:
-                receiver = await self._subscribe_async(stop)
-                if receiver is None:
-                    return
-                relay = asyncio.ensure_future(_close_on_stop_async(stop, receiver))
-                try:
-                    await self._consume_async(receiver, stop)
-                except Closed:
-                    raise
-                except Exception as exc:
-                    await _pause(stop, self._note_failure(exc, handler=False))
-                finally:
-                    relay.cancel()
-                    receiver.close()
+        await AsyncConsumerRun(self).run(stop)
 
     def stats(self) -> RunStats:
         """A snapshot of what this consumer has done since it started."""
@@ -160,15 +179,50 @@ class Consumer:
     def __repr__(self) -> str:
         return f"<Consumer {self.name!r} of stream {self.stream.name!r}>"
 
+    # The decisions both runs share
+
+    def _after_batch(self, failure: BaseException | None) -> float | None:
+        """After a batch whose handled events are saved: None to carry on, or
+        the pause before redelivering from the first unsaved event."""
+        if failure is None:
+            self._failures = 0
+            return None
+        return self._note_failure(failure)
+
+    def _note_failure(self, failure: BaseException, *, handler: bool = True) -> float:
+        """Log a failure (counted if the handler's); return the pause before the retry."""
+        if handler:
+            self._count(failed=1)
+        self._failures += 1
+        log.warning(
+            "consumer %r of %r failed", self.name, self.stream.name,
+            exc_info=(type(failure), failure, failure.__traceback__),
+        )  # fmt: skip
+        return _retry_pause(self._failures)
+
+    def _count(self, *, succeeded: int = 0, failed: int = 0) -> None:
+        with self._lock:
+            self._succeeded += succeeded
+            self._failed += failed
+
+    def _sync_stream(self, call: str) -> Stream:
+        """The consumer's sync stream, or a TypeError naming the async way for an AsyncStore."""
+        if isinstance(self.stream, AsyncStream):
+            raise TypeError(
+                f"Consumer.{call} needs a sync Store, and {self.store!r} is an AsyncStore, whose "
+                "calls belong to its event loop: in that loop use 'await consumer.run_async(stop)'"
+            )
+        return self.stream
+
     # Consuming (threads)
 
-    def _subscribe(self, stop: StopSignal) -> EventReceiver | None:
+    def _subscribe(self, stream: Stream, stop: StopSignal) -> EventReceiver | None:
         """Subscribe, retrying through an outage; None once ``stop`` is set."""
         while not stop.is_set():
             try:
-                receiver = self.stream.subscribe(self.name)
+                receiver = stream.subscribe(self.name)
             except Database as exc:
-                stop.wait(self._outage.failed(f"subscribing to {self.stream.name!r}", exc))
+                stop.wait(self._outage.failed(f"subscribing to {stream.name!r}", exc))
                 continue
             self._outage.succeeded()
             return receiver
@@ -197,25 +251,27 @@ class Consumer:
         """Handle ``batch`` and save its offset; False when the rest must be redelivered."""
         if self.transactional:
             try:
-                failure = self._handle_in_transaction(batch)
+                failure = self._in_transaction(batch)
             except Database as exc:
                 # The commit's outcome is unknown: the saved offset tells, on resubscribing.
                 stop.wait(self._outage.failed(f"committing a batch of {self.stream.name!r}", exc))
                 return False
+            if failure is None:
+                self._count(succeeded=len(batch))
         else:
-            handled, failure = self._call_each(batch)
-            if failure is not None and not isinstance(failure, Exception):
-                self._save_once(receiver, handled)
-                raise failure
-            if handled is not None:
-                if not self._save(receiver, handled, stop):
+            verdict = judge_batch(batch, *self._call_each(batch))
+            if verdict.fatal is not None:
+                self._save_once(receiver, verdict.save)
+                raise verdict.fatal
+            if verdict.save is not None:
+                if not self._save(receiver, verdict.save, stop):
                     return False
-                self._count(succeeded=_count_upto(batch, handled))
-        if failure is not None:
-            stop.wait(self._note_failure(failure))
-            return False
-        self._failures = 0
-        return True
+                self._count(succeeded=verdict.handled)
+            failure = verdict.failure
+        pause = self._after_batch(failure)
+        if pause is not None:
+            stop.wait(pause)
+        return pause is None
 
     def _call_each(self, batch: list[StreamEvent]) -> tuple[int | None, BaseException | None]:
         """Run the handler on each event in order until one raises.
@@ -231,16 +287,18 @@ class Consumer:
             handled = event.offset
         return handled, None
 
-    def _handle_in_transaction(self, batch: list[StreamEvent]) -> BaseException | None:
+    def _in_transaction(self, batch: list[StreamEvent]) -> BaseException | None:
         """Run the batch and save its offset in one transaction; return what the handler raised.
 
         Raises:
             Database: opening, saving in or committing the transaction failed.
+            BaseException: what the handler raised that is not an ``Exception``.
         """
-        tx = self.store.begin_tx()
+        handler: Callable[[StreamEvent, TxHandle], object] = self.handler  # type: ignore[assignment]
+        tx = cast(Store, self.store).begin_tx()
         try:
             for event in batch:
-                self.handler(event, tx)  # type: ignore[call-arg]
+                handler(event, tx)
         except BaseException as exc:
             _roll_back_quietly(tx)
             if not isinstance(exc, Exception):
@@ -252,7 +310,6 @@ class Consumer:
         except BaseException:
             _roll_back_quietly(tx)
             raise
-        self._count(succeeded=len(batch))
         return None
 
     def _save(self, receiver: EventReceiver, offset: int, stop: StopSignal) -> bool:
@@ -273,17 +330,6 @@ class Consumer:
             with contextlib.suppress(Error):
                 receiver.save_offset(offset)
 
-    def _note_failure(self, failure: BaseException, *, handler: bool = True) -> float:
-        """Log a failure (counted if the handler's); return the pause before the retry."""
-        if handler:
-            self._count(failed=1)
-        self._failures += 1
-        log.warning(
-            "consumer %r of %r failed", self.name, self.stream.name,
-            exc_info=(type(failure), failure, failure.__traceback__),
-        )  # fmt: skip
-        return _retry_pause(self._failures)
-
     def _next_batch(self, receiver: EventReceiver) -> list[StreamEvent]:
         first = receiver.recv(self.idle_wait_s)
         if first is None:
@@ -295,107 +341,6 @@ class Consumer:
                 batch.append(event)
         return batch
 
-    # Consuming (asyncio): the same steps, with the database calls on threads
-
-    async def _subscribe_async(self, stop: asyncio.Event) -> EventReceiver | None:
-        while not stop.is_set():
-            try:
-                receiver = await asyncio.to_thread(self.stream.subscribe, self.name)
-            except Database as exc:
-                await _pause(stop, self._outage.failed(f"subscribing to {self.stream.name!r}", exc))
-                continue
-            self._outage.succeeded()
-            return receiver
-        return None
-
-    async def _consume_async(self, receiver: EventReceiver, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                batch = await self._next_batch_async(receiver)
-            except Database as exc:
-                await _pause(stop, self._outage.failed(f"reading {self.stream.name!r}", exc))
-                continue
-            if not batch:
-                if receiver.closed:
-                    return
-                self._outage.succeeded()
-                continue
-            self._outage.succeeded()
-            if not await self._handle_async(batch, receiver, stop):
-                return
-
-    async def _handle_async(
-        self, batch: list[StreamEvent], receiver: EventReceiver, stop: asyncio.Event
-    ) -> bool:
-        if self.transactional:
-            try:
-                failure = await asyncio.to_thread(self._handle_in_transaction, batch)
-            except Database as exc:
-                committing = f"committing a batch of {self.stream.name!r}"
-                await _pause(stop, self._outage.failed(committing, exc))
-                return False
-        else:
-            if self._is_async:
-                handled, failure = await self._call_each_async(batch)
-            else:
-                handled, failure = await asyncio.to_thread(self._call_each, batch)
-            if failure is not None and not isinstance(failure, Exception):
-                await asyncio.to_thread(self._save_once, receiver, handled)
-                raise failure
-            if handled is not None:
-                if not await self._save_async(receiver, handled, stop):
-                    return False
-                self._count(succeeded=_count_upto(batch, handled))
-        if failure is not None:
-            await _pause(stop, self._note_failure(failure))
-            return False
-        self._failures = 0
-        return True
-
-    async def _call_each_async(
-        self, batch: list[StreamEvent]
-    ) -> tuple[int | None, BaseException | None]:
-        handled = None
-        for event in batch:
-            try:
-                await self.handler(event)  # type: ignore[call-arg,misc]
-            except asyncio.CancelledError:
-                raise
-            except BaseException as exc:
-                return handled, exc
-            handled = event.offset
-        return handled, None
-
-    async def _save_async(self, receiver: EventReceiver, offset: int, stop: asyncio.Event) -> bool:
-        while True:
-            try:
-                await asyncio.to_thread(receiver.save_offset, offset)
-            except Database as exc:
-                saving = f"saving the offset of {self.name!r}"
-                if await _pause(stop, self._outage.failed(saving, exc)):
-                    return False
-                continue
-            self._outage.succeeded()
-            return True
-
-    async def _next_batch_async(self, receiver: EventReceiver) -> list[StreamEvent]:
-        first = await receiver.recv_async(self.idle_wait_s)
-        if first is None:
-            return []
-        batch = [first]
-        with contextlib.suppress(Database):
-            while len(batch) < self.batch_size:
-                event = await receiver.recv_async(0)
-                if event is None:
-                    break
-                batch.append(event)
-        return batch
-
-    def _count(self, *, succeeded: int = 0, failed: int = 0) -> None:
-        with self._lock:
-            self._succeeded += succeeded
-            self._failed += failed
-
 
 def _close_on_stop(stop: StopSignal, receiver: EventReceiver) -> None:
     """Close ``receiver`` once ``stop`` is set, so a blocked ``recv`` returns at once."""
@@ -405,18 +350,6 @@ def _close_on_stop(stop: StopSignal, receiver: EventReceiver) -> None:
     receiver.close()
 
 
-async def _close_on_stop_async(stop: asyncio.Event, receiver: EventReceiver) -> None:
-    await stop.wait()
-    receiver.close()
-
-
-async def _pause(stop: asyncio.Event, seconds: float) -> bool:
-    """Wait ``seconds`` or until ``stop``; True if ``stop`` was set."""
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
-    return stop.is_set()
-
-
 def _roll_back_quietly(tx: TxHandle) -> None:
     """Roll back if still open; on a dead connection the database rolls back by itself."""
     if tx.active:
@@ -424,15 +357,37 @@ def _roll_back_quietly(tx: TxHandle) -> None:
             tx.rollback()
 
 
-def _count_upto(batch: list[StreamEvent], offset: int) -> int:
-    return sum(1 for event in batch if event.offset <= offset)
-
-
 def _retry_pause(failures: int) -> float:
     return min(backoff_ceiling(_RETRY_BASE_S, failures), _RETRY_MAX_S)
 
 
-def _check_arity(handler: Callable[..., object], arguments: int) -> None:
+def _resolve_stream(
+    store: Store | AsyncStore, stream: str | Stream | AsyncStream
+) -> Stream | AsyncStream:
+    if isinstance(stream, str):
+        return store.stream(stream)
+    if isinstance(store, AsyncStore) != isinstance(stream, AsyncStream):
+        raise TypeError(f"{stream!r} is not a stream of {store!r}")
+    return stream
+
+
+def _check_transactional(store: Store | AsyncStore, is_async: bool) -> None:
+    """A transactional handler is a plain function on a sync store (a transaction
+    belongs to the thread that opened it) and a coroutine function on an async one
+    (it awaits the transaction's calls)."""
+    if isinstance(store, AsyncStore) and not is_async:
+        raise TypeError(
+            "on an AsyncStore a transactional handler must be a coroutine function: "
+            "it awaits the AsyncTxHandle's calls"
+        )
+    if not isinstance(store, AsyncStore) and is_async:
+        raise TypeError(
+            "a transactional handler must be a plain function: a transaction "
+            "belongs to the thread that opened it"
+        )
+
+
+def _check_arity(handler: Callable[..., Any], arguments: int) -> None:
     """Refuse a handler that cannot be called with ``arguments`` positional arguments:
     ``transactional=True`` calls ``handler(event, tx)``, otherwise ``handler(event)``."""
     try:

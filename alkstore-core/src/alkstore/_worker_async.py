@@ -1,0 +1,384 @@
+"""``Worker.run_async``: the worker as asyncio tasks, over either kind of store.
+
+The dispatcher claims and starts a task per held job, ``concurrency`` at a
+time (a plain handler runs on the run's ``HandlerThreads``); a keeper task
+heartbeats; an idle dispatcher parks on the queue's wakes as a task of its
+own, so ``stop`` and finishing handlers are seen at once.
+What the worker does is decided by the ledger (``_worker_ledger``) exactly as
+on threads; only the database calls differ, behind a :class:`QueuePort`:
+
+- :class:`AsyncQueuePort`, over an :class:`~alkstore.AsyncQueue`, awaits the
+  async API: with coroutine handlers, no thread of the worker's own, none per claim.
+- :class:`OffloadedQueuePort`, over a sync :class:`~alkstore.Queue`, runs each
+  call on a thread (a park on a daemon thread: nothing waits for it at exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, cast
+
+from alkstore._async_job import AsyncJob
+from alkstore._async_queue import AsyncQueue
+from alkstore._errors import Closed, Error
+from alkstore._handler_threads import HandlerThreads, complete_from_thread
+from alkstore._job import ClaimedJob, Job
+from alkstore._queue import Queue
+from alkstore._run_stats import call_to_completion
+from alkstore._worker_ledger import FAILED, LOST, RELEASED, SUCCEEDED, Held, Ledger, Verdict
+
+__all__ = ["AsyncQueuePort", "AsyncRunner", "OffloadedQueuePort", "QueuePort"]
+
+
+class QueuePort(Protocol):
+    """The database calls of a worker's asyncio run: each may raise ``Error``
+    (``Closed`` once the store closed)."""
+
+    async def claim(self, n: int) -> list[ClaimedJob[Any]]: ...
+    async def wait(self, timeout: float) -> None: ...
+    async def ack(self, job: ClaimedJob[Any]) -> bool: ...
+    async def retry(self, job: ClaimedJob[Any], error: BaseException) -> bool: ...
+    async def release(self, job: ClaimedJob[Any]) -> bool: ...
+    async def heartbeat(self, job: ClaimedJob[Any], extend_s: float) -> bool: ...
+
+
+class AsyncQueuePort:
+    """An :class:`~alkstore.AsyncQueue`'s public async API."""
+
+    def __init__(self, queue: AsyncQueue, worker_id: str) -> None:
+        self._queue = queue
+        self._worker_id = worker_id
+
+    async def claim(self, n: int) -> list[ClaimedJob[Any]]:
+        if n == 1:
+            job = await self._queue.claim_one(self._worker_id)
+            return [] if job is None else [job]
+        return list(await self._queue.claim_batch(self._worker_id, n))
+
+    async def wait(self, timeout: float) -> None:
+        await self._queue.wait(timeout)
+
+    async def ack(self, job: ClaimedJob[Any]) -> bool:
+        return await _async(job).ack()
+
+    async def retry(self, job: ClaimedJob[Any], error: BaseException) -> bool:
+        return await _async(job).retry(error)
+
+    async def release(self, job: ClaimedJob[Any]) -> bool:
+        return await _async(job).release()
+
+    async def heartbeat(self, job: ClaimedJob[Any], extend_s: float) -> bool:
+        return await _async(job).heartbeat(extend_s)
+
+
+class OffloadedQueuePort:
+    """A sync :class:`~alkstore.Queue`'s calls, each on a thread."""
+
+    def __init__(self, queue: Queue, worker_id: str) -> None:
+        self._queue = queue
+        self._worker_id = worker_id
+
+    async def claim(self, n: int) -> list[ClaimedJob[Any]]:
+        if n == 1:
+            job = await asyncio.to_thread(self._queue.claim_one, self._worker_id)
+            return [] if job is None else [job]
+        return list(await asyncio.to_thread(self._queue.claim_batch, self._worker_id, n))
+
+    async def wait(self, timeout: float) -> None:
+        # On a daemon thread: unlike the loop's executor, nothing waits for it at exit.
+        loop = asyncio.get_running_loop()
+        parked: asyncio.Future[None] = loop.create_future()
+
+        def park() -> None:
+            try:
+                self._queue.wait(timeout)
+            except Exception as exc:
+                complete_from_thread(loop, parked, None, exc)
+            else:
+                complete_from_thread(loop, parked, None, None)
+
+        threading.Thread(target=park, name="alkstore-parker", daemon=True).start()
+        await parked
+
+    async def ack(self, job: ClaimedJob[Any]) -> bool:
+        return await asyncio.to_thread(_sync(job).ack)
+
+    async def retry(self, job: ClaimedJob[Any], error: BaseException) -> bool:
+        return await asyncio.to_thread(_sync(job).retry, error)
+
+    async def release(self, job: ClaimedJob[Any]) -> bool:
+        return await asyncio.to_thread(_sync(job).release)
+
+    async def heartbeat(self, job: ClaimedJob[Any], extend_s: float) -> bool:
+        return await asyncio.to_thread(_sync(job).heartbeat, extend_s)
+
+
+class AsyncRunner:
+    """One asyncio run of a worker; ``run`` returns once every claim is settled or released."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        port: QueuePort,
+        handler: Callable[[Any], object],
+        *,
+        grace_s: float,
+        idle_wait_s: float,
+    ) -> None:
+        self._ledger = ledger
+        self._port = port
+        self._handler = handler
+        self._is_async = inspect.iscoroutinefunction(handler)
+        self._grace_s = grace_s
+        self._idle_wait_s = idle_wait_s
+        self._changed = asyncio.Event()
+        """Set whenever the dispatcher may have something to do: it looks at everything again."""
+        self._halting = asyncio.Event()
+        """Set once ``stop`` is set or the worker aborts."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._handler_threads = HandlerThreads(ledger.concurrency, "alkstore-handler")
+        """Where plain handlers run (daemon threads: one stuck past shutdown holds nothing up)."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until ``stop`` is set, the worker aborts, or this await is cancelled
+        (then running handlers are cancelled at once: no grace)."""
+        loop = asyncio.get_running_loop()
+        self._ledger.on_change(lambda: _call_soon(loop, self._on_abort_or_hurry))
+        if stop.is_set() or self._ledger.aborted is not None:
+            self._halting.set()
+        relay = asyncio.ensure_future(self._relay(stop))
+        keeper = asyncio.ensure_future(self._guarded(self._keep_alive(), "heartbeat task"))
+        hurried = False
+        try:
+            await self._dispatch()
+        except asyncio.CancelledError:
+            hurried = True
+            raise
+        finally:
+            try:
+                await self._shut_down(hurried)
+            finally:
+                for helper in (relay, keeper):
+                    helper.cancel()
+                await asyncio.gather(relay, keeper, return_exceptions=True)
+                self._ledger.on_change(None)
+                self._handler_threads.close()
+
+    def _on_abort_or_hurry(self) -> None:
+        if self._ledger.aborted is not None:
+            self._halting.set()
+        self._changed.set()
+
+    async def _relay(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self._halting.set()
+        self._changed.set()
+
+    async def _guarded(self, work: Awaitable[None], role: str) -> None:
+        """Await ``work``, a helper task of the run: its death stops the worker, loudly."""
+        try:
+            await work
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            self._ledger.helper_died(role, exc)
+
+    # Dispatching
+
+    async def _dispatch(self) -> None:
+        parking: asyncio.Task[None] | None = None
+        try:
+            while not self._halting.is_set():
+                self._start_handlers()
+                if parking is None and (room := self._ledger.claim_room()):
+                    claiming_at = time.monotonic()
+                    try:
+                        jobs = await self._port.claim(room)
+                    except Closed:
+                        return
+                    except Error as exc:
+                        await self._pause(self._ledger.claim_failed(exc))
+                        continue
+                    self._ledger.answered()
+                    if jobs:
+                        self._ledger.hold(jobs, claiming_at)
+                        continue
+                    # Nothing ready: only a wake can bring work, not a finishing handler.
+                    parking = asyncio.ensure_future(self._port.wait(self._idle_wait_s))
+                    parking.add_done_callback(lambda _: self._changed.set())
+                await self._changed.wait()
+                self._changed.clear()
+                if parking is not None and parking.done():
+                    parked, parking = parking, None
+                    if not await self._parked(parked):
+                        return
+        finally:
+            if parking is not None:
+                parking.cancel()
+                await asyncio.gather(parking, return_exceptions=True)
+
+    async def _parked(self, parked: asyncio.Task[None]) -> bool:
+        """Look at how a park ended; False once the store closed."""
+        if parked.cancelled():  # not by the dispatcher: as good as a wake
+            return True
+        error = parked.exception()
+        if isinstance(error, Closed):
+            return False
+        if isinstance(error, Error):
+            await self._pause(self._ledger.park_failed(error))
+        elif error is not None:
+            raise error
+        return True
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or less if the worker is told to stop."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._halting.wait(), seconds)
+
+    def _start_handlers(self) -> None:
+        """Start a handler task for held jobs not yet started, up to ``concurrency`` running."""
+        while len(self._tasks) < self._ledger.concurrency:
+            held = self._ledger.next_unstarted()
+            if held is None:
+                return
+            task = asyncio.ensure_future(self._execute(held))
+            self._tasks.add(task)
+            task.add_done_callback(self._handler_done)
+
+    def _handler_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._changed.set()
+
+    # Handling
+
+    async def _execute(self, held: Held) -> None:
+        try:
+            await self._call(held.job)
+        except asyncio.CancelledError:
+            await self._release([held])
+            raise
+        except BaseException as exc:
+            verdict = self._ledger.judge(held, exc)
+            error: BaseException | None = exc
+        else:
+            verdict, error = Verdict.ACK, None
+        if verdict is Verdict.ACK:
+            await self._settle(held, SUCCEEDED)
+        elif verdict is Verdict.RETRY:
+            assert error is not None
+            await self._settle(held, FAILED, error)
+        else:
+            await self._release([held])
+
+    async def _call(self, job: ClaimedJob[Any]) -> None:
+        if not self._is_async:
+            await self._handler_threads.run(
+                functools.partial(call_to_completion, self._handler, job)
+            )
+            return
+        result = self._handler(job)
+        if inspect.isawaitable(result):
+            await result
+
+    async def _settle(self, held: Held, outcome: str, error: BaseException | None = None) -> None:
+        settled = False
+        try:
+            settled = await self._settled(held, error)
+        finally:
+            self._ledger.drop(held, outcome if settled else LOST)
+
+    async def _settled(self, held: Held, error: BaseException | None) -> bool:
+        """Ack (or retry, after ``error``), riding out an outage while the claim may hold."""
+        while True:
+            try:
+                if error is None:
+                    settled = await self._port.ack(held.job)
+                else:
+                    settled = await self._port.retry(held.job, error)
+            except Closed:
+                return False
+            except Error as exc:
+                pause = self._ledger.settle_failed(held, exc)
+                if pause is None:
+                    return False
+                await asyncio.sleep(pause)
+                continue
+            self._ledger.answered()
+            return settled
+
+    async def _release(self, holds: list[Held]) -> None:
+        for held in holds:
+            released = False
+            try:
+                released = await self._port.release(held.job)
+            except Closed:
+                pass
+            except Error as exc:
+                self._ledger.release_failed(held, exc)
+            finally:
+                self._ledger.drop(held, RELEASED if released else LOST)
+
+    # Heartbeats
+
+    async def _keep_alive(self) -> None:
+        """Heartbeat each held job a third of a lease after its claim or last renewal."""
+        while True:
+            await asyncio.sleep(self._ledger.beat_interval())
+            for held in self._ledger.due_for_beat():
+                await self._beat(held)
+
+    async def _beat(self, held: Held) -> None:
+        sent_at = time.monotonic()
+        try:
+            alive = await self._port.heartbeat(held.job, held.lease_s)
+        except Closed:
+            return
+        except Error as exc:
+            self._ledger.beat_failed(held, exc)
+            return
+        self._ledger.beat_answered(held, sent_at, alive)
+
+    # Shutting down
+
+    async def _shut_down(self, hurried: bool) -> None:
+        """Release jobs not yet started at once, give running ones ``grace_s``
+        (none when ``hurried``), then cancel them: each releases its job."""
+        await self._release(self._ledger.take_unstarted())
+        running = set(self._tasks)
+        if running and not hurried:
+            await self._await_running()
+        self._ledger.note_cut_short()
+        running = set(self._tasks)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        await self._release(self._ledger.all_held())
+
+    async def _await_running(self) -> None:
+        deadline = time.monotonic() + self._grace_s
+        while self._tasks and not self._ledger.hurried.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+
+
+def _async(job: ClaimedJob[Any]) -> AsyncJob:
+    return cast(AsyncJob, job)
+
+
+def _sync(job: ClaimedJob[Any]) -> Job:
+    return cast(Job, job)
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+        loop.call_soon_threadsafe(callback)

@@ -1,0 +1,317 @@
+"""The Worker's book of held claims, and every decision its two runners share.
+
+``Worker.run`` (threads, a sync ``Store``) and ``Worker.run_async`` (asyncio,
+an ``AsyncStore`` or a sync ``Store``) differ only in how they wait and how
+they call the database. What to claim and when, each claim's lease and
+heartbeat schedule, what a handler's outcome means for its job, how long a
+failing settle is retried, what is counted, and when the worker stops from
+inside are decided here, once.
+
+Leases are durations: the claim's visibility timeout as stamped on its row,
+renewed by the server's clock and scheduled by this host's monotonic clock,
+so the host's wall clock, however wrong, changes nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from alkstore._job import ClaimedJob, describe_error
+from alkstore._outage import Outage
+from alkstore._run_stats import RunStats
+
+__all__ = ["Held", "Ledger", "Verdict"]
+
+log = logging.getLogger("alkstore.worker")
+
+SUCCEEDED, FAILED, RELEASED, LOST = "succeeded", "failed", "released", "lost"
+"""What became of a claim, as counted in :class:`~alkstore.RunStats`."""
+
+
+class Verdict(enum.Enum):
+    """What a handler's outcome means for its job."""
+
+    ACK = "ack"
+    """The handler returned: the job is done."""
+    RETRY = "retry"
+    """It raised an ``Exception``: retry on the backoff curve (dead letters after the last)."""
+    ABORT = "abort"
+    """It raised another ``BaseException``: release the job and stop the worker."""
+
+
+@dataclass(eq=False)
+class Held:
+    """A claim the worker holds; times are ``time.monotonic()`` readings."""
+
+    job: ClaimedJob[Any]
+    """A ``Job`` (sync store) or an ``AsyncJob`` (async store)."""
+    lease_s: float
+    beat_at: float
+    """When it next needs a heartbeat."""
+    lapses_at: float
+    """When the claim lapses at the earliest, unless renewed."""
+    started: bool = False
+    """A handler took it (or the shutdown did, to release it)."""
+    heartbeat_failed: bool = False
+    sequence: int = 0
+
+
+class Ledger:
+    """The claims one worker holds, what it has done with the others, and its stop state.
+
+    Safe to use from several threads: the thread runner's threads wait on
+    :attr:`changed`; the asyncio runner registers a ``poke`` that is called
+    whenever something it may wait for happens from another thread (an abort,
+    a hurry).
+    """
+
+    def __init__(
+        self, queue_name: str, worker_id: str, concurrency: int, batch_size: int, lease_s: float
+    ) -> None:
+        self.queue_name = queue_name
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.default_lease_s = lease_s
+        self.changed = threading.Condition()
+        """Notified whenever a claim is held, started or dropped, and on abort or hurry."""
+        self.outage = Outage(log, f"worker {worker_id!r} on {queue_name!r}")
+        self.aborted: BaseException | None = None
+        """What stops the worker from inside: a handler's BaseException, a thread's death."""
+        self.hurried = threading.Event()
+        self._held: dict[int, Held] = {}
+        self._sequence = itertools.count()
+        self._counts = dict.fromkeys((SUCCEEDED, FAILED, RELEASED, LOST), 0)
+        self._started_at: float | None = None
+        self._pokes: list[Callable[[], None]] = []
+
+    # A run's life
+
+    def begin(self) -> None:
+        """A run starts: forget the last run's abort and hurry."""
+        with self.changed:
+            self.aborted = None
+            self._started_at = time.monotonic()
+        self.hurried.clear()
+
+    def on_change(self, poke: Callable[[], None] | None) -> None:
+        """Call ``poke`` (thread-safe) on an abort or a hurry; None stops calling it."""
+        with self.changed:
+            self._pokes = [] if poke is None else [poke]
+
+    def stats(self) -> RunStats:
+        with self.changed:
+            elapsed = 0.0 if self._started_at is None else time.monotonic() - self._started_at
+            return RunStats(**self._counts, in_flight=len(self._held), elapsed_s=elapsed)
+
+    def in_flight(self) -> int:
+        with self.changed:
+            return len(self._held)
+
+    # Claiming
+
+    def claim_room(self) -> int:
+        """How many jobs to claim now: none unless a handler would idle or half
+        the batch is done, then enough to fill the batch."""
+        with self.changed:
+            held = len(self._held)
+            wanted = held < self.concurrency or held <= self.batch_size // 2
+            return self.batch_size - held if wanted else 0
+
+    def hold(self, jobs: list[ClaimedJob[Any]], claimed_at: float) -> list[Held]:
+        """Hold freshly claimed jobs; ``claimed_at`` is the monotonic time the claim was sent."""
+        fresh = []
+        with self.changed:
+            for job in jobs:
+                lease = self._lease(job)
+                held = Held(
+                    job, lease, beat_at=claimed_at + lease / 3, lapses_at=claimed_at + lease,
+                    sequence=next(self._sequence),
+                )  # fmt: skip
+                self._held[job.id] = held
+                fresh.append(held)
+            self.changed.notify_all()
+        return fresh
+
+    def _lease(self, job: ClaimedJob[Any]) -> float:
+        """The claim's lease: a duration from the job's row, never from the host's clock."""
+        if job.visibility_timeout_s is not None:
+            return job.visibility_timeout_s
+        return self.default_lease_s
+
+    def claim_failed(self, error: BaseException) -> float:
+        """A claim or a park failed; return the pause before trying again."""
+        return self.outage.failed(f"claiming from {self.queue_name!r}", error)
+
+    def park_failed(self, error: BaseException) -> float:
+        return self.outage.failed(f"waiting on {self.queue_name!r}", error)
+
+    def answered(self) -> None:
+        """A database call succeeded."""
+        self.outage.succeeded()
+
+    # Running handlers
+
+    def next_unstarted(self) -> Held | None:
+        """Take the oldest held job no handler has started, if any, and mark it started."""
+        with self.changed:
+            waiting = [held for held in self._held.values() if not held.started]
+            if not waiting:
+                return None
+            held = min(waiting, key=lambda held: held.sequence)
+            held.started = True
+            return held
+
+    def judge(self, held: Held, error: BaseException | None) -> Verdict:
+        """What the handler's outcome (``error`` raised, or None) means for ``held``.
+
+        A ``BaseException`` that is not an ``Exception`` stops the worker at
+        once, before its job is released: no claim may take the job back meanwhile.
+        """
+        job = held.job
+        if error is None:
+            return Verdict.ACK
+        if isinstance(error, Exception):
+            log.warning(
+                "job %s of %r failed", job.id, job.queue,
+                exc_info=(type(error), error, error.__traceback__),
+            )  # fmt: skip
+            return Verdict.RETRY
+        log.error(
+            "job %s of %r: the handler raised %s; the worker stops and releases its claims",
+            job.id, job.queue, describe_error(error),
+        )  # fmt: skip
+        self.abort(error)
+        return Verdict.ABORT
+
+    # Settling
+
+    def settle_failed(self, held: Held, error: BaseException) -> float | None:
+        """A settle failed: the pause before trying it again, or None to give up.
+
+        Settles are fenced, so retrying one whose outcome is unknown is safe.
+        Give up once the claim would lapse before the next try, or the worker
+        no longer holds it: the job is then claimed and run again (at least once).
+        """
+        pause = self.outage.failed(f"settling job {held.job.id}", error)
+        if time.monotonic() + pause >= held.lapses_at or not self.holds(held):
+            return None
+        return pause
+
+    def release_failed(self, held: Held, error: BaseException) -> None:
+        # The claim lapses by itself at its deadline; the job is then claimed again.
+        self.outage.failed(f"releasing job {held.job.id}", error)
+
+    def holds(self, held: Held) -> bool:
+        with self.changed:
+            return self._held.get(held.job.id) is held
+
+    def drop(self, held: Held, outcome: str) -> None:
+        """Forget ``held`` and count ``outcome`` (once, whoever drops it first)."""
+        with self.changed:
+            if self._held.pop(held.job.id, None) is not None:
+                self._counts[outcome] += 1
+            self.changed.notify_all()
+
+    # Heartbeats
+
+    def beat_interval(self) -> float:
+        """How long to sleep between looks for claims due a heartbeat."""
+        with self.changed:
+            leases = [held.lease_s for held in self._held.values()]
+        shortest = min(leases, default=self.default_lease_s)
+        return min(max(shortest / 6, 0.01), 1.0)
+
+    def due_for_beat(self) -> list[Held]:
+        """Claims due a heartbeat now: a third of a lease after their claim or last renewal."""
+        now = time.monotonic()
+        with self.changed:
+            return [held for held in self._held.values() if held.beat_at <= now]
+
+    def beat_answered(self, held: Held, sent_at: float, alive: bool) -> None:
+        """A heartbeat sent at ``sent_at`` returned ``alive``."""
+        self.outage.succeeded()
+        held.beat_at = sent_at + held.lease_s / 3
+        if alive:
+            held.lapses_at = sent_at + held.lease_s
+        elif not held.heartbeat_failed:
+            held.heartbeat_failed = True
+            log.warning(
+                "job %s of %r lost its claim while running; another worker may run it",
+                held.job.id, held.job.queue,
+            )  # fmt: skip
+
+    def beat_failed(self, held: Held, error: BaseException) -> None:
+        # Not lost yet: the claim holds until its deadline. Try again soon.
+        pause = self.outage.failed(f"heartbeating job {held.job.id}", error)
+        held.beat_at = time.monotonic() + min(pause, held.lease_s / 3)
+
+    # Stopping
+
+    def abort(self, error: BaseException) -> None:
+        """Stop the worker from inside; its run re-raises ``error`` once it has shut down."""
+        with self.changed:
+            if self.aborted is None:
+                self.aborted = error
+            self.changed.notify_all()
+            pokes = list(self._pokes)
+        for poke in pokes:
+            poke()
+
+    def hurry(self) -> None:
+        """End a shutdown's grace period now."""
+        self.hurried.set()
+        with self.changed:
+            self.changed.notify_all()
+            pokes = list(self._pokes)
+        for poke in pokes:
+            poke()
+
+    def take_unstarted(self) -> list[Held]:
+        """At shutdown: the held jobs no handler started, which none may start now."""
+        with self.changed:
+            waiting = [held for held in self._held.values() if not held.started]
+            for held in waiting:
+                held.started = True
+            return waiting
+
+    def all_held(self) -> list[Held]:
+        with self.changed:
+            return list(self._held.values())
+
+    def note_cut_short(self) -> None:
+        """The grace period ended with jobs still running: they are released."""
+        running = self.in_flight()
+        if running:
+            log.warning("grace period cut short: releasing %d running jobs", running)
+
+    def raise_if_aborted(self) -> None:
+        with self.changed:
+            error, self.aborted = self.aborted, None
+        if error is not None:
+            raise error
+
+    def guarded(self, target: Callable[[], None], role: str) -> Callable[[], None]:
+        """``target`` for a thread of the worker: its death stops the worker, loudly."""
+
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                self.helper_died(role, exc)
+
+        return run
+
+    def helper_died(self, role: str, error: BaseException) -> None:
+        """A thread or task of the worker died of ``error``: stop the worker, loudly."""
+        log.error(
+            "the worker's %s died; the worker stops", role,
+            exc_info=(type(error), error, error.__traceback__),
+        )  # fmt: skip
+        self.abort(error)
