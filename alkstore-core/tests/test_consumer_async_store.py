@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import threading
 import time
 import uuid
@@ -216,6 +217,45 @@ def test_a_cancelled_consumer_loses_no_event(target: str) -> None:
         assert seen == [0, 1, 2, 3, 4, 3, 4, 5, 6, 7, 8, 9]  # 3 and 4 again: at least once
 
     run(main)
+
+
+def test_an_offset_save_failing_while_sqlite_is_locked_is_retried_redelivering_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "store.db"
+
+    async def main() -> None:
+        handled: list[int] = []
+        proceed = asyncio.Event()
+
+        async def handler(event: StreamEvent) -> None:
+            await asyncio.wait_for(proceed.wait(), 10)
+            handled.append(event.offset)  # returns while the lock is held: the save fails
+
+        async with alkstore.open_async(str(path), busy_timeout_s=0.2) as store:
+            stream = store.stream("orders")
+            offsets = [await stream.publish(n) for n in range(3)]
+            consumer = Consumer(store, stream, "projection", handler, batch_size=1)
+            stop = asyncio.Event()
+            task = asyncio.ensure_future(consumer.run_async(stop))
+            await asyncio.sleep(0.2)  # it is waiting in the first event's handler
+            holder = sqlite3.connect(path, isolation_level=None, timeout=10)
+            try:
+                holder.execute("BEGIN IMMEDIATE")
+                proceed.set()
+                await asyncio.sleep(1.5)
+                holder.execute("ROLLBACK")
+            finally:
+                holder.close()
+            await eventually(lambda: saved(stream, "projection", offsets[-1]))
+            stop.set()
+            await asyncio.wait_for(task, 10)
+        assert handled == offsets  # each once, in order: the failed save was retried, not redone
+
+    run(main)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "alkstore.consumer"]
+    assert len(warnings) == 1
+    assert "saving the offset of 'projection' failed" in warnings[0]
 
 
 def test_the_sync_run_and_mismatched_handlers_are_refused(tmp_path: Path) -> None:

@@ -473,6 +473,39 @@ def test_an_ack_failing_while_sqlite_is_locked_is_retried_once_the_lock_is_gone(
     assert "database is locked" in warnings[0]
 
 
+def test_claims_failing_while_sqlite_is_locked_are_retried_once_the_lock_is_gone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "store.db"
+
+    async def main() -> None:
+        async def handler(job: AsyncJob) -> None:
+            return None
+
+        async with alkstore.open_async(str(path), busy_timeout_s=0.1) as store:
+            queue = store.queue("q")
+            job_ids = [await queue.enqueue(n) for n in range(3)]
+            holder = sqlite3.connect(path, isolation_level=None, timeout=10)
+            try:
+                holder.execute("BEGIN IMMEDIATE")
+                worker = Worker(store, queue, handler)
+                stop = asyncio.Event()
+                task = start(worker, stop)
+                await asyncio.sleep(1.0)  # its claims fail meanwhile: it pauses and tries again
+                assert not task.done()
+                holder.execute("ROLLBACK")
+            finally:
+                holder.close()
+            await eventually(lambda: _true(worker.stats().succeeded == 3))
+            await stopped(task, stop)
+            assert [await queue.get_job(job_id) for job_id in job_ids] == [None] * 3
+
+    run(main)
+    warnings = [r.getMessage() for r in caplog.records if r.name == "alkstore.worker"]
+    assert len(warnings) == 1  # one per outage
+    assert "claiming from 'q' failed" in warnings[0]
+
+
 # The sync run, and the arguments
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from alkstore._values import StreamEvent
 
-__all__ = ["BatchVerdict", "judge_batch"]
+__all__ = ["BatchVerdict", "is_fatal", "judge_batch"]
 
 
 @dataclass(frozen=True)
@@ -28,9 +28,17 @@ def judge_batch(
 ) -> BatchVerdict:
     """The verdict on ``batch``: events up to offset ``handled`` returned, then ``raised``."""
     count = 0 if handled is None else _count_upto(batch, handled)
-    if raised is not None and not isinstance(raised, Exception):
+    if raised is not None and is_fatal(raised):
         return BatchVerdict(handled, count, fatal=raised, failure=None)
     return BatchVerdict(handled, count, fatal=None, failure=raised)
+
+
+def is_fatal(raised: BaseException) -> bool:
+    """A handler raised ``raised``: True if it ends the run (not an ``Exception``:
+    ``SystemExit``, ``KeyboardInterrupt``), False if the events are retried.
+
+    A transactional batch's transaction is rolled back either way."""
+    return not isinstance(raised, Exception)
 
 
 def _count_upto(batch: list[StreamEvent], offset: int) -> int:

@@ -34,7 +34,7 @@ from alkstore._async_store import AsyncStore
 from alkstore._async_stream import AsyncStream
 from alkstore._async_tx import AsyncTxHandle
 from alkstore._backoff import backoff_ceiling
-from alkstore._batch_verdict import judge_batch
+from alkstore._batch_verdict import is_fatal, judge_batch
 from alkstore._consumer_async import AsyncConsumerRun
 from alkstore._errors import Closed, Database, Error
 from alkstore._names import check_identifier
@@ -301,7 +301,7 @@ class Consumer:
                 handler(event, tx)
         except BaseException as exc:
             _roll_back_quietly(tx)
-            if not isinstance(exc, Exception):
+            if is_fatal(exc):
                 raise
             return exc
         try:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 from alkstore._async_store import AsyncStore
 from alkstore._async_stream import AsyncEventReceiver, AsyncStream
 from alkstore._async_tx import AsyncTxHandle
-from alkstore._batch_verdict import judge_batch
+from alkstore._batch_verdict import is_fatal, judge_batch
 from alkstore._errors import Closed, Database, Error
 from alkstore._stream import EventReceiver, Replay, Stream
 from alkstore._values import StreamEvent
@@ -71,7 +71,7 @@ class AsyncStreamPort:
                 await handler(event, tx)
         except BaseException as exc:
             await _roll_back_quietly(tx)
-            if not isinstance(exc, Exception):
+            if is_fatal(exc):
                 raise
             return exc
         try:
