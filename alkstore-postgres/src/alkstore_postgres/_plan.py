@@ -24,6 +24,8 @@ Plans compose with ``yield from``: a plan without an :class:`Operation`
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -146,9 +148,34 @@ async def run_plan_async(connection: psycopg.AsyncConnection, plan: Plan[T]) -> 
 
 
 async def run_step_async(connection: psycopg.AsyncConnection, step: Step) -> Any:
-    """:func:`run_step` on an async connection."""
+    """:func:`run_step` on an async connection.
+
+    A pipeline runs to its end even when the caller is cancelled meanwhile
+    (which then waits for it): psycopg cannot leave a pipeline half-way
+    cleanly, and a second cancellation while it tries would leave its exit
+    unfinished on a closed connection. A lone statement is psycopg's to
+    cancel (it asks the server to cancel it, and waits).
+    """
     if isinstance(step, Statement):
         return await _fetched_async(await connection.execute(step.sql, step.params), step.fetch)
+    running = asyncio.ensure_future(_run_pipeline(connection, step))
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        await _outlive_cancellations(running)
+        raise
+
+
+async def _outlive_cancellations(running: asyncio.Future[Any]) -> None:
+    """Wait until ``running`` is done, whatever cancels the wait; its outcome is dropped."""
+    while not running.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([running])
+    if not running.cancelled():
+        running.exception()  # retrieved: the caller was cancelled, that is what it raises
+
+
+async def _run_pipeline(connection: psycopg.AsyncConnection, step: Pipeline) -> list[Any]:
     async with connection.pipeline():
         cursors = [await connection.execute(each.sql, each.params) for each in step.statements]
     return [

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-
-import psycopg
+from typing import Any
 
 from alkstore import Database
+from alkstore_postgres._plan import Fetch, Operation, Plan, Statement
 from alkstore_postgres._sql import INDEXES, SCHEMA_DDL, TABLES, key_of, render
 
-__all__ = ["SCHEMA_VERSION", "migrate"]
+__all__ = ["SCHEMA_VERSION", "migration"]
 
 
 def _add_keys(table: str, keys: Mapping[str, str]) -> tuple[str, ...]:
@@ -68,11 +68,9 @@ _SHAPE = (
 class _Shape:
     """What the catalog says of the engine's tables and indexes in a schema."""
 
-    def __init__(self, connection: psycopg.Connection, schema: str) -> None:
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
         self.tables: dict[str, dict[str, str]] = {}
         self.indexes: set[str] = set()
-        names = [*TABLES, *(f"{table}_pkey" for table in TABLES), *INDEXES]
-        rows = connection.execute(_SHAPE, {"schema": schema, "names": names}).fetchall()
         for relation, is_index, column, kind in rows:
             if is_index:
                 self.indexes.add(relation)
@@ -80,6 +78,12 @@ class _Shape:
                 columns = self.tables.setdefault(relation, {})
                 if column is not None:
                     columns[column] = kind
+
+    @classmethod
+    def read(cls, schema: str) -> Plan[_Shape]:
+        """The shape of ``schema`` as the catalog says now."""
+        names = [*TABLES, *(f"{table}_pkey" for table in TABLES), *INDEXES]
+        return cls((yield Statement(_SHAPE, {"schema": schema, "names": names}, Fetch.ALL)))
 
     def problems(self) -> list[str]:
         """Each difference from the current version's tables and indexes, in words."""
@@ -105,7 +109,7 @@ class _Shape:
         return found
 
 
-def migrate(connection: psycopg.Connection, schema: str) -> int:
+def migration(schema: str) -> Plan[int]:
     """Bring ``schema`` to :data:`SCHEMA_VERSION` and check it; return the version found.
 
     Processes opening a schema at once serialise on an advisory lock keyed by
@@ -124,51 +128,51 @@ def migrate(connection: psycopg.Connection, schema: str) -> int:
     key = int.from_bytes(
         hashlib.blake2b(schema.encode(), digest_size=8).digest(), "big", signed=True
     )
-    with connection.transaction():
-        connection.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": key})
-        connection.execute(render("CREATE SCHEMA IF NOT EXISTS {s}", schema))
-        connection.execute(render(SCHEMA_DDL[0], schema))  # meta, where the version is
-        found = _stored_version(connection, schema)
-        if found == 0 and set(_Shape(connection, schema).tables) - {"meta"}:
-            raise Database(
-                f"schema {schema!r} holds tables named like alkstore's but no alkstore schema "
-                "version (no row 'schema_version' in its meta table): it is not an alkstore "
-                "schema, or the row was deleted; choose another schema (option 'schema')"
-            )
-        if found < SCHEMA_VERSION:
-            # An older schema is migrated step by step; a new one gets the current DDL only.
-            for version in range(found, SCHEMA_VERSION) if found else ():
-                for template in _MIGRATIONS[version]:
-                    connection.execute(render(template, schema))
-            for template in SCHEMA_DDL:
-                connection.execute(render(template, schema))
-            connection.execute(
-                render(
-                    "INSERT INTO {s}.meta (key, value) VALUES ('schema_version', %(version)s) "
-                    "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    schema,
-                ),
-                {"version": str(SCHEMA_VERSION)},
-            )
-        problems = _Shape(connection, schema).problems()
-        if problems:
-            raise Database(
-                f"the alkstore tables in schema {schema!r} (version {SCHEMA_VERSION}) were "
-                f"altered: {'; '.join(problems)}; restore them from a backup"
-            )
+    yield Operation(f"preparing schema {schema!r}", transaction=True)
+    yield Statement("SELECT pg_advisory_xact_lock(%(key)s)", {"key": key})
+    yield Statement(render("CREATE SCHEMA IF NOT EXISTS {s}", schema))
+    yield Statement(render(SCHEMA_DDL[0], schema))  # meta, where the version is
+    found = yield from _stored_version(schema)
+    if found == 0 and set((yield from _Shape.read(schema)).tables) - {"meta"}:
+        raise Database(
+            f"schema {schema!r} holds tables named like alkstore's but no alkstore schema "
+            "version (no row 'schema_version' in its meta table): it is not an alkstore "
+            "schema, or the row was deleted; choose another schema (option 'schema')"
+        )
+    if found < SCHEMA_VERSION:
+        # An older schema is migrated step by step; a new one gets the current DDL only.
+        for version in range(found, SCHEMA_VERSION) if found else ():
+            for template in _MIGRATIONS[version]:
+                yield Statement(render(template, schema))
+        for template in SCHEMA_DDL:
+            yield Statement(render(template, schema))
+        yield Statement(
+            render(
+                "INSERT INTO {s}.meta (key, value) VALUES ('schema_version', %(version)s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                schema,
+            ),
+            {"version": str(SCHEMA_VERSION)},
+        )
+    problems = (yield from _Shape.read(schema)).problems()
+    if problems:
+        raise Database(
+            f"the alkstore tables in schema {schema!r} (version {SCHEMA_VERSION}) were "
+            f"altered: {'; '.join(problems)}; restore them from a backup"
+        )
     return found
 
 
-def _stored_version(connection: psycopg.Connection, schema: str) -> int:
+def _stored_version(schema: str) -> Plan[int]:
     """The version in the schema's meta table: 0 when there is none yet.
 
     Raises:
         alkstore.Database: it is not a whole number, or is newer than this
             alkstore-postgres understands.
     """
-    row = connection.execute(
-        render("SELECT value FROM {s}.meta WHERE key = 'schema_version'", schema)
-    ).fetchone()
+    row = yield Statement(
+        render("SELECT value FROM {s}.meta WHERE key = 'schema_version'", schema), fetch=Fetch.ONE
+    )
     if row is None:
         return 0
     text = row[0]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import math
-import select
+import functools
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -14,18 +13,19 @@ import psycopg_pool
 from alkstore import Closed, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import Lock, Store, TxHandle, WakeReceiver
 from alkstore_postgres._capabilities import CAPABILITIES
+from alkstore_postgres._connections import connect_kwargs, has_input
 from alkstore_postgres._errors import connect_errors, translate
 from alkstore_postgres._inspect import PostgresInspector
 from alkstore_postgres._job_buffer import JobIds
 from alkstore_postgres._lock import PostgresLock, acquire
-from alkstore_postgres._plan import Plan, opening, run_steps
+from alkstore_postgres._plan import Plan, opening, run_plan, run_steps
 from alkstore_postgres._pool_log import pool_name, quiet_pool_noise
 from alkstore_postgres._queue import PostgresQueue
 from alkstore_postgres._scheduler import due_schedules, fire_boundary, until_next_fire
-from alkstore_postgres._schema import migrate
+from alkstore_postgres._schema import migration
 from alkstore_postgres._settings import Settings
 from alkstore_postgres._sql import Statements
-from alkstore_postgres._store_plans import check_adopted, notify, schedule, unschedule
+from alkstore_postgres._store_plans import adoption, notify, schedule, unschedule
 from alkstore_postgres._stream import PostgresStream
 from alkstore_postgres._tx import PostgresTx
 from alkstore_postgres._wakes import Listener
@@ -49,20 +49,12 @@ class PostgresStore(Store):
         self.job_ids = JobIds(self.sql.reserve_job_ids)
         """Job ids reserved for enqueues in transactions (see ``_job_buffer``)."""
         self._conninfo = conninfo
-        self._connect_kwargs: dict[str, Any] = {
-            "autocommit": True,
-            # libpq takes whole seconds, and 0 would mean no timeout at all
-            "connect_timeout": max(1, math.ceil(settings.connect_timeout_s)),
-        }
-        # pg_stat_activity shows "alkstore" unless the DSN names the application
-        # (as a parameter, or in options=-c..., which the fallback would override).
-        if "application_name" not in conninfo:
-            self._connect_kwargs["fallback_application_name"] = "alkstore"
+        self._connect_kwargs = connect_kwargs(conninfo, settings)
         with connect_errors(address):
             first = psycopg.connect(conninfo, **self._connect_kwargs)
         try:
             with translate(f"preparing schema {settings.schema!r}"):
-                migrate(first, settings.schema)
+                run_plan(first, migration(settings.schema))
                 self._storage: tuple[Any, ...] | None = first.execute(self.sql.storage).fetchone()
                 """Which storage the store is in (see ``Statements.storage``), for adopt_tx."""
         finally:
@@ -197,11 +189,10 @@ class PostgresStore(Store):
     def _adopt_tx(self, connection: Any) -> TxHandle:
         if not isinstance(connection, psycopg.Connection):
             raise TypeError(f"adopt_tx needs a psycopg.Connection, not {type(connection).__name__}")
-        with translate("inspect the adopted connection"):
-            found = connection.execute(self.sql.storage).fetchone()
-            check_adopted(found, self._storage, self.settings.schema, self.location)
-            if connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                connection.execute("BEGIN")
+        status = functools.partial(getattr, connection.info, "transaction_status")
+        adopting = adoption(self.sql, self._storage, self.location, status)
+        with translate(opening(adopting).action):
+            run_steps(connection, adopting)
         return PostgresTx(self, connection, None)
 
 
@@ -217,7 +208,7 @@ def _still_connected(connection: psycopg.Connection) -> bool:
         return False
     pgconn = connection.pgconn
     try:
-        if not _readable(pgconn.socket):
+        if not has_input(pgconn.socket):
             return True
         pgconn.consume_input()
         if pgconn.status != psycopg.pq.ConnStatus.OK:
@@ -226,12 +217,3 @@ def _still_connected(connection: psycopg.Connection) -> bool:
     except psycopg.Error:
         return False
     return True
-
-
-def _readable(descriptor: int) -> bool:
-    """Whether ``descriptor`` has input (or end of file) waiting; never blocks."""
-    if hasattr(select, "poll"):  # any descriptor number, unlike select.select
-        poller = select.poll()
-        poller.register(descriptor, select.POLLIN)
-        return bool(poller.poll(0))
-    return bool(select.select([descriptor], [], [], 0)[0])

@@ -3,7 +3,10 @@ async store: notify, schedules, and the checks of an adopted connection."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from alkstore import Schedule, ScheduleOpts
 from alkstore.engine import SCHEDULES_WAKE_KEY, PlacedSchedule, decode, place_schedule
@@ -14,7 +17,7 @@ from alkstore_postgres._wakes import notify_params
 if TYPE_CHECKING:
     from alkstore_postgres._sql import Statements
 
-__all__ = ["check_adopted", "notify", "schedule", "unschedule"]
+__all__ = ["adoption", "check_adopted", "notify", "schedule", "unschedule"]
 
 
 def notify(sql: Statements, channel: str) -> Plan[None]:
@@ -57,6 +60,22 @@ def unschedule(sql: Statements, name: str) -> Plan[bool]:
     """Delete a schedule; True if it existed."""
     yield Operation(f"unschedule {name!r}")
     return bool((yield Statement(sql.delete_schedule, {"name": stored(name)}, Fetch.ROWCOUNT)) == 1)
+
+
+def adoption(
+    sql: Statements,
+    storage: tuple[Any, ...] | None,
+    location: str,
+    status: Callable[[], psycopg.pq.TransactionStatus],
+) -> Plan[None]:
+    """Check that an adopted connection reaches the store's storage (see
+    :func:`check_adopted`), and begin its transaction unless one is open
+    (``status`` tells the connection's, after the check's own statement)."""
+    yield Operation("inspect the adopted connection")
+    found = yield Statement(sql.storage, fetch=Fetch.ONE)
+    check_adopted(found, storage, sql.schema, location)
+    if status() == psycopg.pq.TransactionStatus.IDLE:
+        yield Statement("BEGIN")
 
 
 def check_adopted(found: tuple[Any, ...] | None, storage: tuple[Any, ...] | None,

@@ -37,7 +37,10 @@ class PostgresTx(TxHandle):
         super().__init__(store)
         self._connection = connection
         self._give_back = give_back
-        self._plans = TxPlans(store.sql, store.job_ids, connection, adopted=give_back is None)
+        adopted = give_back is None
+        self._plans = TxPlans(
+            store.sql, store.job_ids, connection, begun=adopted, holds_back=not adopted
+        )
         # A forgotten handle must not hold its locks and its connection forever.
         self._abandon = (
             weakref.finalize(self, _roll_back, connection, give_back) if give_back else None

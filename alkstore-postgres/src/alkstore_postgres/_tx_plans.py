@@ -7,7 +7,9 @@ to: ``BEGIN``, held enqueues (``_job_buffer``) and held publishes
 an answer, or with ``COMMIT``. A transaction of enqueues only is one round
 trip. An adopted connection is already in its transaction, and its caller
 runs statements and commits behind the handle's back: there every write
-goes at once.
+goes at once. So it does in the async handle, whose ``connection`` property
+cannot send what is held (a property cannot await): it begins at once and
+holds nothing back.
 """
 
 from __future__ import annotations
@@ -44,15 +46,15 @@ class TxPlans:
         job_ids: JobIds,
         connection: psycopg.Connection | psycopg.AsyncConnection,
         *,
-        adopted: bool,
+        begun: bool,
+        holds_back: bool,
     ) -> None:
         self._sql = sql
         self._connection = connection
-        self.adopted = adopted
-        self.begun = adopted
+        self.begun = begun
         """Whether BEGIN went out (an adopted connection is in its transaction already)."""
-        self._jobs = None if adopted else JobBuffer(sql, job_ids)
-        self._events = None if adopted else EventBuffer(sql)
+        self._jobs = JobBuffer(sql, job_ids) if holds_back else None
+        self._events = EventBuffer(sql) if holds_back else None
 
     def describe(self) -> str:
         """How far the transaction went, for the handle's repr."""

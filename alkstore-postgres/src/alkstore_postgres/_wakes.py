@@ -31,16 +31,24 @@ from alkstore.engine import BufferedWakeReceiver, WakeFanout
 from alkstore_postgres._errors import reason
 from alkstore_postgres._names import channel_identifier, stored, unstored
 
-__all__ = ["Listener", "notify_params", "notify_payload", "payload_key"]
+__all__ = [
+    "BACKOFF_S",
+    "LISTEN",
+    "UNLISTEN",
+    "Listener",
+    "notify_params",
+    "notify_payload",
+    "payload_key",
+]
 
 log = logging.getLogger("alkstore.postgres")
 
-_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 _STATEMENTS_PER_ROUND_TRIP = 1000
 _NOTIFY_TAG = "\\#"  # no stored key starts so: ``stored`` doubles every backslash
 _notify_serial = itertools.count(1)
-_LISTEN = sql.SQL("LISTEN {}")
-_UNLISTEN = sql.SQL("UNLISTEN {}")
+LISTEN = sql.SQL("LISTEN {}")
+UNLISTEN = sql.SQL("UNLISTEN {}")
 
 
 def notify_payload(key: str) -> str:
@@ -233,7 +241,7 @@ class Listener:
                     with contextlib.suppress(psycopg.Error):
                         connection.close()
                 connection = None
-                self._pause(_BACKOFF_S[min(failures, len(_BACKOFF_S)) - 1])
+                self._pause(BACKOFF_S[min(failures, len(BACKOFF_S)) - 1])
         if connection is not None:
             with contextlib.suppress(psycopg.Error):
                 connection.close()
@@ -272,7 +280,7 @@ class Listener:
             wanted = sorted(identifier for identifier, n in self._users.items() if n)
         try:
             _run_all(
-                connection, (_LISTEN.format(sql.Identifier(identifier)) for identifier in wanted)
+                connection, (LISTEN.format(sql.Identifier(identifier)) for identifier in wanted)
             )
         except BaseException:
             with contextlib.suppress(psycopg.Error):
@@ -338,12 +346,12 @@ class Listener:
                 if listened:
                     return None
                 joining.add(identifier)
-                return _LISTEN.format(sql.Identifier(identifier))
+                return LISTEN.format(sql.Identifier(identifier))
             if not listened or self._users.get(identifier):
                 return None  # never listened, or a receiver came back since the close
             self._listening.discard(identifier)
             joining.discard(identifier)
-            return _UNLISTEN.format(sql.Identifier(identifier))
+            return UNLISTEN.format(sql.Identifier(identifier))
 
     def _send(
         self, connection: psycopg.Connection, statements: list[sql.Composable], joining: set[str]

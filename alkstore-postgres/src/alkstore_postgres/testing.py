@@ -12,6 +12,7 @@ No server is a failure with the reason, never a silent skip.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import subprocess
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import psycopg
 from psycopg import sql
 
-from alkstore.engine import Store, StoreTarget, TestProvider, TxHandle
+from alkstore.engine import AsyncStore, AsyncTxHandle, Store, StoreTarget, TestProvider, TxHandle
 from alkstore_postgres._names import channel_identifier, stored
 from alkstore_postgres._sql import render, render_bound
 from alkstore_postgres._store import PostgresStore
@@ -113,6 +114,15 @@ class PostgresTestProvider(TestProvider):
         assert isinstance(tx, PostgresTx)
         tx.execute(render_bound("INSERT INTO {s}.business (key) VALUES (%s)", tx.schema), (key,))
 
+    async def write_business_row_async(self, tx: AsyncTxHandle, key: str) -> None:
+        """:meth:`write_business_row` for the suite's async mode."""
+        from alkstore_postgres._async_tx import PostgresAsyncTx  # noqa: PLC0415
+
+        assert isinstance(tx, PostgresAsyncTx)
+        await tx.execute(
+            render_bound("INSERT INTO {s}.business (key) VALUES (%s)", tx.schema), (key,)
+        )
+
     def business_rows(self, store: Store) -> set[str]:
         assert isinstance(store, PostgresStore)
         with store.transaction() as tx:
@@ -146,13 +156,26 @@ class PostgresTestProvider(TestProvider):
         probe_channel = f"break-wakes-{uuid.uuid4().hex}"
         with store.listen(probe_channel):
             assert isinstance(store, PostgresStore)
-            identifier = channel_identifier(store.settings.schema, probe_channel)
-            statement = sql.SQL("LISTEN {}").format(sql.Identifier(identifier)).as_string(None)
-            with psycopg.connect(self.dsn, autocommit=True) as connection:
-                killed = connection.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
-                    (statement,),
-                ).fetchall()
+            self._terminate_listener(store.settings.schema, probe_channel)
+
+    async def break_wakes_async(self, store: AsyncStore) -> None:
+        """:meth:`break_wakes` for the native async store (its LISTEN connection is
+        owned by a task on the event loop)."""
+        from alkstore_postgres._async_store import PostgresAsyncStore  # noqa: PLC0415
+
+        assert isinstance(store, PostgresAsyncStore)
+        probe_channel = f"break-wakes-{uuid.uuid4().hex}"
+        with await store.listen(probe_channel):
+            await asyncio.to_thread(self._terminate_listener, store.settings.schema, probe_channel)
+
+    def _terminate_listener(self, schema: str, probe_channel: str) -> None:
+        identifier = channel_identifier(schema, probe_channel)
+        statement = sql.SQL("LISTEN {}").format(sql.Identifier(identifier)).as_string(None)
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            killed = connection.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = %s",
+                (statement,),
+            ).fetchall()
         if killed != [(True,)]:
             raise RuntimeError(f"break_wakes: expected one listener backend, found {killed}")
 

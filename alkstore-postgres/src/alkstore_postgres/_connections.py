@@ -1,0 +1,39 @@
+"""How the engine connects, sync or async, and how it tells a dead pooled connection."""
+
+from __future__ import annotations
+
+import math
+import select
+from typing import Any
+
+from alkstore_postgres._settings import Settings
+
+__all__ = ["connect_kwargs", "has_input"]
+
+
+def connect_kwargs(conninfo: str, settings: Settings) -> dict[str, Any]:
+    """The keyword arguments of every connection the engine makes to ``conninfo``."""
+    kwargs: dict[str, Any] = {
+        "autocommit": True,
+        # libpq takes whole seconds, and 0 would mean no timeout at all
+        "connect_timeout": max(1, math.ceil(settings.connect_timeout_s)),
+    }
+    # pg_stat_activity shows "alkstore" unless the DSN names the application
+    # (as a parameter, or in options=-c..., which the fallback would override).
+    if "application_name" not in conninfo:
+        kwargs["fallback_application_name"] = "alkstore"
+    return kwargs
+
+
+def has_input(descriptor: int) -> bool:
+    """Whether ``descriptor`` has input (or end of file) waiting; never blocks.
+
+    An idle pooled connection has none unless the server ended its session
+    (a restart, ``pg_terminate_backend``, ``idle_session_timeout``): the
+    server then sent its FATAL and closed the socket.
+    """
+    if hasattr(select, "poll"):  # any descriptor number, unlike select.select
+        poller = select.poll()
+        poller.register(descriptor, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([descriptor], [], [], 0)[0])

@@ -1,0 +1,316 @@
+"""The native async store: cancellation at any await leaves nothing open and
+loses no job; idle receivers and parked workers cost no thread; LISTEN on the
+event loop follows receivers and rides out a lost connection; adopt_tx of a
+``psycopg.AsyncConnection``."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import alkstore
+from alkstore import RECONNECT_CHANNEL, QueueOpts
+from alkstore_postgres import PostgresAsyncStore
+
+
+def _with_application_name(dsn: str, name: str) -> str:
+    return psycopg.conninfo.make_conninfo(dsn, application_name=name)
+
+
+async def _open(dsn: str, schema: str, **options: object) -> PostgresAsyncStore:
+    store = await alkstore.open_async(dsn, schema=schema, **options)
+    assert isinstance(store, PostgresAsyncStore)
+    return store
+
+
+def _backends(dsn: str, application_name: str) -> list[tuple[str, str]]:
+    """(state, query) of every server backend of ``application_name``."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT state, query FROM pg_stat_activity WHERE application_name = %s",
+            (application_name,),
+        ).fetchall()
+    return [(str(state), str(query)) for state, query in rows]
+
+
+class _Ledger:
+    """What the fuzz knows for sure, and what a cancellation left uncertain."""
+
+    def __init__(self) -> None:
+        self.enqueued: set[int] = set()
+        """Jobs whose enqueue (or transaction's commit) returned."""
+        self.acked: Counter[int] = Counter()
+        """Jobs whose ack returned True, with how often."""
+        self.maybe_acked: set[int] = set()
+        """Jobs whose ack was cancelled: it may have landed."""
+
+
+async def _fuzz_worker(
+    store: PostgresAsyncStore, ledger: _Ledger, rng: random.Random, operations: int
+) -> int:
+    """Run ``operations`` random operations, each under a random tiny timeout;
+    return how many timed out."""
+    queue = store.queue("fuzz")
+
+    async def enqueue() -> None:
+        ledger.enqueued.add(await queue.enqueue({"n": rng.random()}))
+
+    async def claim_and_ack() -> None:
+        job = await queue.claim_one("fuzzer")
+        if job is None:
+            return
+        if rng.random() < 0.1:
+            await job.release()
+            return
+        try:
+            acked = await job.ack()
+        except asyncio.CancelledError:
+            ledger.maybe_acked.add(job.id)
+            raise
+        if acked:
+            ledger.acked[job.id] += 1
+
+    async def claim_batch_and_ack() -> None:
+        jobs = await queue.claim_batch("fuzzer", 5)
+        try:
+            await queue.ack_batch(jobs, "fuzzer")
+        except asyncio.CancelledError:
+            ledger.maybe_acked.update(job.id for job in jobs)
+            raise
+        ledger.maybe_acked.update(job.id for job in jobs)  # ack_batch says how many, not which
+
+    async def transaction() -> None:
+        async with store.transaction() as tx:
+            ids = [await tx.enqueue_tx("fuzz", None, k) for k in range(rng.randint(1, 4))]
+            await tx.publish_tx("fuzz-events", {"ids": ids})
+            await tx.execute("SELECT pg_sleep(0.0005)")
+            if rng.random() < 0.2:
+                raise _Abandoned
+        ledger.enqueued.update(ids)
+
+    async def failing_group() -> None:
+        """A group of operations one of which fails: the others are cancelled."""
+        tasks = [asyncio.ensure_future(op()) for op in (enqueue, claim_and_ack, transaction)]
+        tasks.append(asyncio.ensure_future(_fail_soon(rng.uniform(0, 0.002))))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)
+            for task in tasks:  # collected: the group's failure is the one raised
+                if not task.cancelled():
+                    task.exception()
+
+    operations_by_weight: list[Callable[[], Awaitable[None]]] = [
+        enqueue, enqueue, enqueue, claim_and_ack, claim_and_ack, claim_batch_and_ack,
+        transaction, transaction, failing_group,
+    ]  # fmt: skip
+    timed_out = 0
+    for _ in range(operations):
+        operation = rng.choice(operations_by_weight)
+        timeout = rng.choice((0.0, rng.uniform(0.0, 0.002), rng.uniform(0.0, 0.01), 1.0))
+        try:
+            await asyncio.wait_for(operation(), timeout)
+        except asyncio.TimeoutError:
+            timed_out += 1
+        except (_Abandoned, _GroupFailed):
+            pass
+    return timed_out
+
+
+class _Abandoned(Exception):
+    """A transaction block that raises: it rolls back."""
+
+
+class _GroupFailed(Exception):
+    """One operation of a group failed."""
+
+
+async def _fail_soon(delay_s: float) -> None:
+    await asyncio.sleep(delay_s)
+    raise _GroupFailed
+
+
+def test_operations_cancelled_at_random_points_leave_nothing_open_and_lose_no_job(
+    dsn: str, schema: str
+) -> None:
+    application_name = f"alkstore-fuzz-{uuid.uuid4().hex[:12]}"
+    target = _with_application_name(dsn, application_name)
+    visibility_s = 1.0
+
+    async def scenario() -> tuple[_Ledger, int, set[int]]:
+        store = await _open(target, schema, pool_max_size=4)
+        try:
+            store.queue("fuzz", QueueOpts(visibility_timeout_s=visibility_s, max_attempts=1000))
+            ledger = _Ledger()
+            workers = [_fuzz_worker(store, ledger, random.Random(seed), 400) for seed in range(8)]
+            timed_out = sum(await asyncio.wait_for(asyncio.gather(*workers), 45))
+            # Nothing is left in a transaction or mid-statement, and the pool works.
+            states = [state for state, _ in _backends(dsn, application_name)]
+            assert all(state == "idle" for state in states), states
+            stats = store.pool.get_stats()
+            assert stats.get("requests_waiting", 0) == 0, stats
+            # Claims a cancellation lost come back after their visibility timeout.
+            await asyncio.sleep(visibility_s + 0.2)
+            drained = await _drain(store)
+            return ledger, timed_out, drained
+        finally:
+            await asyncio.wait_for(store.close(), 10)
+
+    ledger, timed_out, drained = asyncio.run(scenario())
+    assert timed_out > 500, "the fuzz cancelled too few operations to prove anything"
+    assert max(ledger.acked.values(), default=1) == 1, "a job was acked twice"
+    assert not set(ledger.acked) & drained, "a job acked was still there"
+    lost = ledger.enqueued - set(ledger.acked) - ledger.maybe_acked - drained
+    assert not lost, f"{len(lost)} jobs whose enqueue returned are gone: {sorted(lost)[:10]}"
+    assert _backends(dsn, application_name) == []  # closing the store closed them all
+
+
+async def _drain(store: PostgresAsyncStore) -> set[int]:
+    """Claim and ack every job left in the fuzz queue; their ids."""
+    queue = store.queue("fuzz")
+    drained: set[int] = set()
+    while jobs := await queue.claim_batch("drainer", 1000):
+        assert await queue.ack_batch(jobs, "drainer") == len(jobs)
+        drained.update(job.id for job in jobs)
+    assert await store.inspect().jobs("fuzz") == []  # none left, none dead
+    return drained
+
+
+def test_a_cancelled_transaction_block_rolls_back_and_gives_its_connection_back(
+    dsn: str, schema: str
+) -> None:
+    async def scenario() -> None:
+        store = await _open(dsn, schema, pool_max_size=1)
+        try:
+            for _ in range(20):
+                task = asyncio.ensure_future(_slow_transaction(store))
+                await asyncio.sleep(0.01)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            # The only pooled connection is free again, outside any transaction.
+            assert await asyncio.wait_for(store.queue("t").enqueue(1), 5) > 0
+            assert (await store.queue("t").claim_batch("w", 100))[0].payload == 1
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+async def _slow_transaction(store: PostgresAsyncStore) -> None:
+    async with store.transaction() as tx:
+        await tx.enqueue_tx("t", None, "never")
+        await tx.execute("SELECT pg_sleep(10)")
+
+
+def test_idle_receivers_and_parked_workers_start_no_thread(dsn: str, schema: str) -> None:
+    async def scenario() -> None:
+        before = threading.active_count()
+        store = await _open(dsn, schema)
+        try:
+            receivers = [await store.listen(f"channel {n % 10}") for n in range(50)]
+            parked = [asyncio.ensure_future(store.queue(f"work {n}").wait(30)) for n in range(4)]
+            await asyncio.sleep(0.3)
+            assert threading.active_count() == before
+            assert store._companion_store is None
+            assert len(await store.listening_channels()) == 10 + 4
+            await store.queue("work 0").enqueue("go")
+            assert await asyncio.wait_for(parked[0], 5) is True
+            for task in parked[1:]:
+                task.cancel()
+            for receiver in receivers:
+                receiver.close()
+            await asyncio.sleep(0.2)
+            assert await store.listening_channels() == set()
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_listener_reconnects_and_says_so(dsn: str, schema: str) -> None:
+    application_name = f"alkstore-listener-{uuid.uuid4().hex[:12]}"
+
+    async def scenario() -> None:
+        store = await _open(_with_application_name(dsn, application_name), schema)
+        try:
+            receiver = await store.listen("news")
+            await asyncio.to_thread(_terminate_listener, dsn, application_name)
+            assert await receiver.recv_async(10) == alkstore.Wake(RECONNECT_CHANNEL)
+            assert store.listener_reconnects == 1
+            await store.notify("news", None)
+            assert await receiver.recv_async(10) == alkstore.Wake("news")
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+def _terminate_listener(dsn: str, application_name: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        killed = connection.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = %s AND query LIKE 'LISTEN %%'",
+            (application_name,),
+        ).fetchall()
+    assert killed == [(True,)], killed
+
+
+def test_adopt_tx_takes_an_async_connection_to_the_stores_database(dsn: str, schema: str) -> None:
+    other_database = f"alkstore_async_other_{uuid.uuid4().hex[:12]}"
+
+    async def scenario() -> None:
+        store = await _open(dsn, schema)
+        try:
+            async with await psycopg.AsyncConnection.connect(dsn) as connection:
+                tx = await store.adopt_tx(connection)
+                assert tx.connection is connection
+                job_id = await tx.enqueue_tx("adopted", None, "x")
+                await connection.rollback()
+                assert await store.queue("adopted").get_job(job_id) is None
+                tx = await store.adopt_tx(connection)
+                job_id = await tx.enqueue_tx("adopted", None, "y")
+                await connection.commit()
+                assert (await store.queue("adopted").get_job(job_id)) is not None
+            elsewhere = psycopg.conninfo.make_conninfo(dsn, dbname=other_database)
+            async with await psycopg.AsyncConnection.connect(elsewhere) as connection:
+                with pytest.raises(ValueError, match="connection"):
+                    await store.adopt_tx(connection)
+            with pytest.raises(TypeError, match="AsyncConnection"):
+                await store.adopt_tx("not a connection")
+        finally:
+            await store.close()
+
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(other_database)))
+    try:
+        asyncio.run(scenario())
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(other_database))
+            )
+
+
+def test_open_async_takes_the_options_of_open(dsn: str, schema: str) -> None:
+    async def scenario() -> None:
+        with pytest.raises(TypeError, match="nonsense"):
+            await alkstore.open_async(dsn, schema=schema, nonsense=1)
+        with pytest.raises(ValueError, match="pool_max_size"):
+            await alkstore.open_async(dsn, schema=schema, pool_max_size=0)
+        with pytest.raises(alkstore.Database, match="cannot connect"):
+            await alkstore.open_async(
+                "postgresql://postgres@127.0.0.1:1/postgres", connect_timeout_s=1
+            )
+
+    asyncio.run(scenario())
