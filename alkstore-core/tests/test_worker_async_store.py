@@ -29,8 +29,13 @@ T = TypeVar("T")
 
 TEST_TIMEOUT_S = 60.0
 
-WORKER_THREAD_NAMES = ("alkstore-worker", "alkstore-parker", "alkstore-heartbeat")
-"""The threads a worker on a sync store starts; one on an AsyncStore starts none."""
+WORKER_THREAD_NAMES = (
+    "alkstore-worker",
+    "alkstore-parker",
+    "alkstore-heartbeat",
+    "alkstore-handler",
+)
+"""The threads a worker may start of its own; on an AsyncStore with a coroutine handler, none."""
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
