@@ -264,8 +264,10 @@ class AsyncStore(StoreBasics):
         await self._offloaded((await self._companion())._notify, channel, payload_json)
 
     async def _watch(self, key: str) -> WakeReceiver:
-        """A receiver of the wakes committed under ``key`` from now on."""
-        return await self._offloaded((await self._companion())._watch, key)
+        """A receiver of the wakes committed under ``key`` from now on (closed
+        again if the caller stopped awaiting it)."""
+        companion = await self._companion()
+        return await self._offloaded(companion._watch, key, abandon=_close_receiver)
 
     def _stream(self, name: str) -> AsyncStream:
         return AsyncStream(self, name)
@@ -319,6 +321,10 @@ class AsyncStore(StoreBasics):
 async def _relay(stop: asyncio.Event, halt: threading.Event) -> None:
     await stop.wait()
     halt.set()
+
+
+def _close_receiver(receiver: WakeReceiver) -> None:
+    receiver.close()
 
 
 def _roll_back_quietly(tx: TxHandle) -> None:
