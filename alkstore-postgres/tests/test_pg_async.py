@@ -217,22 +217,36 @@ def test_idle_receivers_and_parked_workers_start_no_thread(dsn: str, schema: str
     async def scenario() -> None:
         before = threading.active_count()
         store = await _open(dsn, schema)
+        done: asyncio.Queue[object] = asyncio.Queue()
+        stop = asyncio.Event()
+
+        async def handle(job: alkstore.AsyncJob) -> None:
+            await done.put(job.payload)
+
         try:
             receivers = [await store.listen(f"channel {n % 10}") for n in range(50)]
-            parked = [asyncio.ensure_future(store.queue(f"work {n}").wait(30)) for n in range(4)]
-            await asyncio.sleep(0.3)
+            workers = [
+                asyncio.ensure_future(
+                    alkstore.Worker(store, f"work {n}", handle, idle_wait_s=60).run_async(stop)
+                )
+                for n in range(4)
+            ]
+            await asyncio.sleep(0.5)  # every worker found its queue empty and parked
+            # No thread: none for LISTEN, none per receiver or worker, and no
+            # companion store (its pool and offload threads) for these paths.
             assert threading.active_count() == before
-            assert store._companion_store is None
             assert len(await store.listening_channels()) == 10 + 4
             await store.queue("work 0").enqueue("go")
-            assert await asyncio.wait_for(parked[0], 5) is True
-            for task in parked[1:]:
-                task.cancel()
+            assert await asyncio.wait_for(done.get(), 10) == "go"
+            assert threading.active_count() == before
+            stop.set()
+            await asyncio.wait_for(asyncio.gather(*workers), 10)
             for receiver in receivers:
                 receiver.close()
             await asyncio.sleep(0.2)
             assert await store.listening_channels() == set()
         finally:
+            stop.set()
             await store.close()
 
     asyncio.run(scenario())
