@@ -76,6 +76,7 @@ class OffloadedStore(AsyncStore):
         super().__init__(
             store.location, store.capabilities, scheduler_lease_s=store.scheduler_lease_s
         )
+        self._share_declarations(store)
         self._companion_store = store
 
     def __repr__(self) -> str:

@@ -246,7 +246,9 @@ class AsyncStore(StoreBasics):
     def _open_companion_once(self) -> None:
         with self._companion_lock:
             if self._companion_store is None:
-                self._companion_store = self._open_companion()
+                companion = self._open_companion()
+                self._share_declarations(companion)
+                self._companion_store = companion
 
     # Engine hooks: arguments are already checked and encoded. The defaults
     # run the companion's sync hooks on this store's threads.

@@ -65,6 +65,13 @@ class StoreBasics:
             self._queue_opts[name] = opts
         return opts
 
+    def _share_declarations(self, other: StoreBasics) -> None:
+        """Make ``other`` see the queue opts declared in this store, now and later
+        (an async store and its sync companion are one store to their caller)."""
+        with self._queue_opts_lock:
+            other._queue_opts = self._queue_opts
+            other._queue_opts_lock = self._queue_opts_lock
+
     def _declared_queue_opts(self, name: str) -> QueueOpts:
         return self._queue_opts.get(name, _DEFAULT_QUEUE_OPTS)
 
