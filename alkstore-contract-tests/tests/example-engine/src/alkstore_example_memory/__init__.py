@@ -6,17 +6,19 @@ that core calls after it has checked names, options and payloads. Its stores
 on the same ``memory://NAME`` target share one in-process database, so two
 stores act as peers; other processes do not see it, which its capabilities
 declare. Concurrency is the simplest that is correct: one writer at a time,
-and a transaction holds the database from begin to commit.
+a transaction holds the writer's lock from begin to commit, and readers see
+what is committed without waiting for it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -91,10 +93,16 @@ class Row:
 
 
 class Database:
-    """Everything one target holds."""
+    """Everything one target holds.
+
+    ``lock`` is the writer's: one write at a time, and a transaction holds it
+    from begin to commit. ``state`` guards the data for a moment: readers take
+    only it, so they see what is committed and never wait for a transaction.
+    """
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
+        self.state = threading.RLock()
         self.ids = itertools.count(1)
         self.jobs: dict[int, Row] = {}
         self.dead: dict[int, Row] = {}
@@ -105,6 +113,12 @@ class Database:
         self.business: set[str] = set()
         self.wakes = WakeFanout(coalesce=True)
         """Every store on this database subscribes here; commits deliver here."""
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the writer's lock, and the data, for one write outside a transaction."""
+        with self.lock, self.state:
+            yield
 
     def wake(self, keys: set[str]) -> None:
         self.wakes.deliver(keys)
@@ -162,8 +176,9 @@ class MemoryConnection:
             return
         wakes = self.wakes
         try:
-            for write in self.writes:
-                write()
+            with self.db.state:
+                for write in self.writes:
+                    write()
         finally:
             self._end()
         self.db.wake(wakes)
@@ -287,7 +302,7 @@ class MemoryQueue(Queue):
 
     def _claim(self, worker_id: str, n: int) -> list[Job]:
         now = time.time()
-        with self.db.lock:
+        with self.db.writing():
             self._release_lapsed(now)
             ready = sorted(
                 (r for r in self.db.jobs.values() if self._claimable(r, now)),
@@ -340,7 +355,7 @@ class MemoryQueue(Queue):
 
     def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
         now, acked = time.time(), 0
-        with self.db.lock:
+        with self.db.writing():
             for job_id, attempt in claims:
                 row = self.db.jobs.get(job_id)
                 if row is None or row.queue != self.name or row.worker_id != worker_id:
@@ -353,7 +368,7 @@ class MemoryQueue(Queue):
         return acked
 
     def _cancel(self, job_id: int) -> bool:
-        with self.db.lock:
+        with self.db.writing():
             for table in (self.db.jobs, self.db.dead):
                 row = table.get(job_id)
                 if row is not None and row.queue == self.name:
@@ -362,7 +377,7 @@ class MemoryQueue(Queue):
         return False
 
     def _get_job(self, job_id: int) -> JobInfo | None:
-        with self.db.lock:
+        with self.db.state:
             row = self.db.jobs.get(job_id) or self.db.dead.get(job_id)
             if row is None or row.queue != self.name:
                 return None
@@ -370,7 +385,7 @@ class MemoryQueue(Queue):
 
     def _sweep_expired(self) -> int:
         now, moved = time.time(), 0
-        with self.db.lock:
+        with self.db.writing():
             for row in list(self.db.jobs.values()):
                 if row.queue == self.name and row.expires_at is not None and row.expires_at <= now:
                     self.db.to_dead(row, EXPIRED, now)
@@ -385,7 +400,7 @@ class MemoryQueue(Queue):
 
     def _until_ready(self) -> float | None:
         now = time.time()
-        with self.db.lock:
+        with self.db.state:
             times = [
                 r.run_at if r.deadline is None else r.deadline
                 for r in self.db.jobs.values()
@@ -394,7 +409,7 @@ class MemoryQueue(Queue):
         return None if not times else min(times) - now
 
     def _ack_job(self, job: Job) -> bool:
-        with self.db.lock:
+        with self.db.writing():
             row = self._held(job, time.time())
             if row is None:
                 return False
@@ -403,7 +418,7 @@ class MemoryQueue(Queue):
 
     def _retry_job(self, job: Job, error: str, delay_s: float) -> bool:
         now = time.time()
-        with self.db.lock:
+        with self.db.writing():
             row = self._held(job, now)
             if row is None:
                 return False
@@ -413,7 +428,7 @@ class MemoryQueue(Queue):
 
     def _fail_job(self, job: Job, error: str) -> bool:
         now = time.time()
-        with self.db.lock:
+        with self.db.writing():
             row = self._held(job, now)
             if row is None:
                 return False
@@ -421,7 +436,7 @@ class MemoryQueue(Queue):
             return True
 
     def _release_job(self, job: Job) -> bool:
-        with self.db.lock:
+        with self.db.writing():
             row = self._held(job, time.time())
             if row is None:
                 return False
@@ -432,7 +447,7 @@ class MemoryQueue(Queue):
 
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:
         now = time.time()
-        with self.db.lock:
+        with self.db.writing():
             row = self._held(job, now)
             if row is None:
                 return False
@@ -444,12 +459,13 @@ class MemoryStream(Stream):
     _store: MemoryStore
 
     def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
-        with self._store.db.lock:
+        with self._store.db.state:
             rows = [e for e in self._store.db.events if e[1] == self.name and e[0] > offset]
         return [StreamEvent(o, s, k, decode(p), t) for o, s, k, p, t in rows[:limit]]
 
     def _get_offset(self, consumer: str) -> int:
-        return self._store.db.offsets.get((self.name, consumer), 0)
+        with self._store.db.state:
+            return self._store.db.offsets.get((self.name, consumer), 0)
 
 
 class MemoryLock(Lock):
@@ -457,7 +473,7 @@ class MemoryLock(Lock):
 
     def _renew(self, ttl_s: float) -> bool:
         now = time.time()
-        with self._store.db.lock:
+        with self._store.db.writing():
             holder = self._store.db.locks.get(self.name)
             if holder is None or holder[0] != self.owner or holder[1] <= now:
                 return False
@@ -465,7 +481,7 @@ class MemoryLock(Lock):
             return True
 
     def _release(self) -> bool:
-        with self._store.db.lock:
+        with self._store.db.writing():
             holder = self._store.db.locks.get(self.name)
             if holder is None or holder[0] != self.owner:
                 return False
@@ -489,7 +505,7 @@ class MemoryInspector(Inspector):
         now = time.time()
         counts: dict[str, dict[str, int]] = {}
         ready_since: dict[str, float] = {}
-        with self.db.lock:
+        with self.db.state:
             for row in self._rows():
                 state = _counted_as(row, now)
                 tally = counts.setdefault(row.queue, dict.fromkeys(_COUNTED_AS, 0))
@@ -505,13 +521,13 @@ class MemoryInspector(Inspector):
         ]  # fmt: skip
 
     def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
-        with self.db.lock:
+        with self.db.state:
             infos = [job_info(row) for row in self._rows() if row.queue == queue]
         matching = [info for info in infos if state is None or info.state == state]
         return sorted(matching, key=lambda info: info.id)[:limit]
 
     def _streams(self) -> list[StreamStats]:
-        with self.db.lock:
+        with self.db.state:
             events = [(stream, offset) for offset, stream, *_ in self.db.events]
             offsets = sorted(self.db.offsets.items())
         names = {stream for stream, _ in events} | {stream for (stream, _), _ in offsets}
@@ -532,7 +548,7 @@ class MemoryInspector(Inspector):
 
     def _locks(self) -> list[LockInfo]:
         now = time.time()
-        with self.db.lock:
+        with self.db.state:
             held = sorted(self.db.locks.items())
         return [
             LockInfo(name, owner, expires_at)
@@ -541,7 +557,7 @@ class MemoryInspector(Inspector):
         ]
 
     def _schedules(self) -> list[Schedule]:
-        with self.db.lock:
+        with self.db.state:
             return [
                 Schedule(
                     name, s["spec"], s["queue"], decode(s["payload"]), s["placed"].next_fire_at
@@ -601,7 +617,7 @@ class MemoryStore(Store):
 
     def _try_lock(self, name: str, owner: str, ttl_s: float) -> Lock | None:
         now = time.time()
-        with self.db.lock:
+        with self.db.writing():
             holder = self.db.locks.get(name)
             if holder is None or self._expired(holder, now):
                 self.db.locks[name] = (owner, now + ttl_s)
@@ -616,7 +632,7 @@ class MemoryStore(Store):
         self, name: str, spec: str, interval_s: int, queue: str, payload_json: str,
         opts: ScheduleOpts,
     ) -> Schedule:  # fmt: skip
-        with self.db.lock:
+        with self.db.writing():
             old = self.db.schedules.get(name)
             existing = None if old is None else old["placed"]
             placed = place_schedule(existing, spec, interval_s, time.time())
@@ -628,12 +644,12 @@ class MemoryStore(Store):
         return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
 
     def _unschedule(self, name: str) -> bool:
-        with self.db.lock:
+        with self.db.writing():
             return self.db.schedules.pop(name, None) is not None
 
     def _due_schedules(self) -> DueSchedules:
         now = time.time()
-        with self.db.lock:
+        with self.db.state:
             due = [
                 DueSchedule(name, s["interval_s"], s["queue"], s["payload"], s["opts"].priority,
                             s["opts"].max_attempts, s["opts"].expires, s["placed"].next_fire_at)
@@ -650,17 +666,19 @@ class MemoryStore(Store):
             holder = self.db.locks.get(SCHEDULER_LOCK)
             if holder is None or holder[0] != lock.owner or holder[1] <= time.time():
                 return Fired.NOT_LEADER
-            self.db.locks[SCHEDULER_LOCK] = (lock.owner, time.time() + lock.ttl_s)
+            with self.db.state:
+                self.db.locks[SCHEDULER_LOCK] = (lock.owner, time.time() + lock.ttl_s)
             row = self.db.schedules.get(schedule.name)
             placed: PlacedSchedule | None = None if row is None else row["placed"]
             if placed is None or placed.next_fire_at != boundary:
                 return Fired.SCHEDULE_CHANGED
-            row["placed"] = PlacedSchedule(placed.spec, placed.anchor, advance_to)  # type: ignore[index]
+            with self.db.state:
+                row["placed"] = PlacedSchedule(placed.spec, placed.anchor, advance_to)  # type: ignore[index]
             tx._enqueue_tx(schedule.queue, stamp, schedule.payload_json)
         return Fired.FIRED
 
     def _until_next_fire(self) -> float | None:
-        with self.db.lock:
+        with self.db.state:
             times = [s["placed"].next_fire_at for s in self.db.schedules.values()]
         return None if not times else min(times) - time.time()
 
@@ -729,13 +747,13 @@ class MemoryTestProvider(TestProvider):
 
     def expire_lock(self, target: StoreTarget, name: str) -> None:
         db = database(target.target.partition("://")[2])
-        with db.lock:
+        with db.writing():
             owner, _ = db.locks[name]
             db.locks[name] = (owner, 0.0)
 
     def shift_schedule(self, target: StoreTarget, name: str, by_s: float) -> None:
         db = database(target.target.partition("://")[2])
-        with db.lock:
+        with db.writing():
             placed = db.schedules[name]["placed"]
             db.schedules[name]["placed"] = PlacedSchedule(
                 placed.spec, placed.anchor, placed.next_fire_at + by_s

@@ -54,14 +54,14 @@ class _ClaimChecksThenActs(MemoryQueue):
 
     def _claim(self, worker_id: str, n: int) -> list[Job]:
         now = time.time()
-        with self.db.lock:
+        with self.db.writing():
             self._release_lapsed(now)
             ready = sorted(
                 (r for r in self.db.jobs.values() if self._claimable(r, now)),
                 key=lambda r: (-r.priority, r.run_at, r.id),
             )[:n]
         time.sleep(0.001)  # the gap
-        with self.db.lock:
+        with self.db.writing():
             for row in ready:
                 self._mark_claimed(row, worker_id, now)
             return [self._job(row, worker_id) for row in ready]
@@ -137,7 +137,7 @@ class _NotifyTxWakesOwnListenersAtOnce(MemoryTx):
 
     def _notify_tx(self, channel: str, payload_json: str) -> None:
         super()._notify_tx(channel, payload_json)
-        with self.db.lock:
+        with self.db.state:
             own = [r for r in self._store._mine if r.channel == channel]
         for receiver in own:
             receiver.deliver(Wake(channel))
@@ -188,7 +188,7 @@ class _UpsertMovesScheduleStore(MemoryStore):
         self, name: str, spec: str, interval_s: int, queue: str, payload_json: str,
         opts: ScheduleOpts,
     ) -> Schedule:  # fmt: skip
-        with self.db.lock:
+        with self.db.writing():
             existing = self.db.schedules.get(name)
             if existing is not None and existing["spec"] == spec:
                 placed = existing["placed"]
