@@ -5,6 +5,11 @@ whatever the working directory, with no conftest to write — and runs it
 against the named engine through that engine's test provider. Without it,
 the plugin only adds its options to ``pytest --help``.
 
+``--alkstore-api=async`` runs the same tests through the async API: every
+store a test uses is an ``AsyncStore`` (the engine's ``open_async``) behind a
+sync facade whose calls await the async methods on an event loop of the
+test's own (``alkstore_contract_tests.suite._facade``).
+
 Every suite test runs under a time limit (pytest-timeout): a broken engine
 makes a test fail, never hang the run. The limit is
 ``--alkstore-test-timeout`` seconds, else pytest-timeout's own setting
@@ -25,6 +30,8 @@ from pathlib import Path
 import pytest
 
 __all__ = [
+    "API",
+    "API_CHOICES",
     "DEFAULT_TEST_TIMEOUT_S",
     "PROVIDER",
     "pytest_addoption",
@@ -39,6 +46,11 @@ SUITE = Path(__file__).parent / "suite"
 
 PROVIDER = pytest.StashKey["object"]()
 """Where the session's test provider lives (an ``alkstore.engine.TestProvider``)."""
+
+API = pytest.StashKey[str]()
+"""Which API the session runs the suite through: one of :data:`API_CHOICES`."""
+
+API_CHOICES = ("sync", "async")
 
 DEFAULT_TEST_TIMEOUT_S = 120.0
 """The time limit of each suite test when nobody set one: the slowest correct
@@ -75,6 +87,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="an option for the engine's test provider (e.g. dsn=postgresql://...); repeatable",
     )
     group.addoption(
+        "--alkstore-api",
+        choices=API_CHOICES,
+        default="sync",
+        help=(
+            "the API the suite runs through: sync (the default), or async (every store is "
+            "an AsyncStore from the engine's open_async, driven through a sync facade)"
+        ),
+    )
+    group.addoption(
         "--alkstore-test-timeout",
         metavar="S",
         type=float,
@@ -106,6 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except (NotImplementedError, ValueError) as exc:
         raise pytest.UsageError(f"--alkstore-engine={name}: {exc}") from exc
     config.stash[PROVIDER] = provider
+    config.stash[API] = config.getoption("alkstore_api")
     config.args[:] = [str(SUITE)]
 
 
@@ -197,6 +219,7 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
         f"alkstore contract version: core implements {CONTRACT_VERSION}, "
         f"the engine was written for {engine.contract_version}",
         f"alkstore capabilities: {engine.capabilities}",
+        f"alkstore API: {_describe_api(config.stash[API])}",
     ]
     timeout = _suite_timeout(config)
     lines.append(
@@ -207,6 +230,12 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     if described:
         lines.append(f"alkstore provider: {described}")
     return lines
+
+
+def _describe_api(api: str) -> str:
+    if api == "async":
+        return "async (AsyncStore from the engine's open_async, through the suite's sync facade)"
+    return "sync"
 
 
 def _provider_options(pairs: list[str]) -> dict[str, str]:

@@ -62,14 +62,21 @@ StartRunning = Callable[[Runs], threading.Event]
 
 OPEN_TARGET = """
 import json, sys, alkstore
-_target = json.loads(sys.argv[1])
-store = alkstore.open(_target["target"], **_target["options"])
+_given = json.loads(sys.argv[1])
+if _given["api"] == "async":
+    from alkstore_contract_tests.suite._api import open_through_the_async_api
+    store = open_through_the_async_api(_given["target"], _given["options"])
+else:
+    store = alkstore.open(_given["target"], **_given["options"])
 """
 
 
-def spawn(target: StoreTarget, code: str, *arguments: str) -> subprocess.Popen[str]:
-    """Start a Python process with ``store`` opened on ``target``, running ``code``."""
-    encoded = json.dumps({"target": target.target, "options": dict(target.options)})
+def spawn(
+    target: StoreTarget, code: str, *arguments: str, api: str = "sync"
+) -> subprocess.Popen[str]:
+    """Start a Python process with ``store`` opened on ``target`` through ``api``
+    (the session's: ``sync``, or ``async`` behind the suite's facade), running ``code``."""
+    encoded = json.dumps({"target": target.target, "options": dict(target.options), "api": api})
     return subprocess.Popen(
         [sys.executable, "-c", OPEN_TARGET + textwrap.dedent(code), encoded, *arguments],
         stdout=subprocess.PIPE,

@@ -1,4 +1,5 @@
-"""Fixtures of the conformance suite: stores come only from the engine's provider."""
+"""Fixtures of the conformance suite: stores come only from the engine's provider,
+through the API the session runs (``--alkstore-api``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from hypothesis import HealthCheck, settings
 
 import alkstore
 from alkstore.engine import Capabilities, StoreTarget, TestProvider
-from alkstore_contract_tests.plugin import PROVIDER
+from alkstore_contract_tests.plugin import API, PROVIDER
+from alkstore_contract_tests.suite._api import SYNC, StoreOpener
 from alkstore_contract_tests.suite._support import OpenStore, Runs, StartRunning, start_thread
 
 settings.register_profile(
@@ -45,19 +47,25 @@ def target(provider: TestProvider) -> Iterator[StoreTarget]:
     provider.drop_target(made)
 
 
+@pytest.fixture(scope="session")
+def api(pytestconfig: pytest.Config) -> str:
+    """The API the session runs the suite through: ``sync`` or ``async``."""
+    return pytestconfig.stash.get(API, SYNC)
+
+
 @pytest.fixture
-def open_store(provider: TestProvider, target: StoreTarget) -> Iterator[OpenStore]:
+def opener(provider: TestProvider, api: str, target: StoreTarget) -> Iterator[StoreOpener]:
+    """Opens the test's stores (and driver connections) through the session's API;
+    closes them before the test's target is dropped."""
+    made = StoreOpener(provider, api)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def open_store(opener: StoreOpener, target: StoreTarget) -> OpenStore:
     """Open another store on the test's target (a peer, as another process would be)."""
-    opened: list[alkstore.Store] = []
-
-    def opener() -> alkstore.Store:
-        store = provider.open_store(target)
-        opened.append(store)
-        return store
-
-    yield opener
-    for store in opened:
-        store.close()
+    return lambda: opener.open(target)
 
 
 @pytest.fixture

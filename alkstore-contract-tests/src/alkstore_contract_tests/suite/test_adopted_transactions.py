@@ -7,7 +7,8 @@ transaction it adopted: once that ends, however it ends, every call on the
 handle raises ``Closed`` and writes nothing, and the connection is the
 caller's to go on using. Closing the store leaves the transaction alone.
 
-Driver connections come from ``TestProvider.driver_connection``.
+Driver connections come from ``TestProvider.driver_connection`` (in async mode,
+its ``async_driver_connection`` where it has one).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 import alkstore
 from alkstore import TxState, Wake
 from alkstore.engine import StoreTarget, TestProvider
+from alkstore_contract_tests.suite._api import StoreOpener, business_rows, write_business_row
 from alkstore_contract_tests.suite._support import SIDE_EFFECTS, OpenStore, needs, start_thread
 
 KINDS = sorted(SIDE_EFFECTS)
@@ -33,10 +35,10 @@ WAKE_S = 5.0
 
 
 @pytest.fixture
-def connection(provider: TestProvider, target: StoreTarget) -> Iterator[Any]:
+def connection(provider: TestProvider, opener: StoreOpener, target: StoreTarget) -> Iterator[Any]:
     """The caller's own driver connection to the test's storage, outside any transaction."""
     needs(provider, "driver_connection")
-    made = provider.driver_connection(target)
+    made = opener.driver_connection(target)
     yield made
     made.close()  # before the target is dropped: an open transaction would hold it
 
@@ -125,19 +127,19 @@ def test_the_callers_business_write_and_the_side_effects_commit_or_roll_back_tog
 ) -> None:
     needs(provider, "write_business_row")
     tx = store.adopt_tx(connection)
-    provider.write_business_row(tx, "rolled-back")
+    write_business_row(provider, tx, "rolled-back")
     tx.enqueue_tx("emails", None, "rolled-back")
     tx.publish_tx("orders", "rolled-back")
     rollback(tx, connection, through)
-    assert "rolled-back" not in provider.business_rows(peer)
+    assert "rolled-back" not in business_rows(provider, peer)
     assert job_payloads(peer) == []
     assert peer.stream("orders").read_since(0) == []
     tx = store.adopt_tx(connection)
-    provider.write_business_row(tx, "committed")
+    write_business_row(provider, tx, "committed")
     tx.enqueue_tx("emails", None, "committed")
     tx.publish_tx("orders", "committed")
     commit(tx, connection, through)
-    assert provider.business_rows(peer) == {"committed"}
+    assert business_rows(provider, peer) == {"committed"}
     assert job_payloads(peer) == ["committed"]
     assert [event.payload for event in peer.stream("orders").read_since(0)] == ["committed"]
 
@@ -317,7 +319,11 @@ def test_closing_the_store_leaves_an_adopted_transaction_to_its_caller(
 
 
 def test_a_connection_to_other_storage_is_refused_with_value_error_and_nothing_written(
-    provider: TestProvider, store: alkstore.Store, peer: alkstore.Store, target: StoreTarget
+    provider: TestProvider,
+    opener: StoreOpener,
+    store: alkstore.Store,
+    peer: alkstore.Store,
+    target: StoreTarget,
 ) -> None:
     needs(provider, "driver_connection")
     needs(provider, "other_storage_target")
@@ -326,8 +332,8 @@ def test_a_connection_to_other_storage_is_refused_with_value_error_and_nothing_w
     except NotImplementedError as exc:
         pytest.skip(f"the provider has no other storage: {exc}")
     try:
-        with provider.open_store(elsewhere) as other:
-            foreign = provider.driver_connection(elsewhere)
+        with opener.open(elsewhere) as other:
+            foreign = opener.driver_connection(elsewhere)
             try:
                 with pytest.raises(ValueError, match=r"(?i)connection"):
                     store.adopt_tx(foreign)

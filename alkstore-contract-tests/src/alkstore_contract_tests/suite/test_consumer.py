@@ -8,7 +8,8 @@ import threading
 import pytest
 
 import alkstore
-from alkstore import Consumer, StreamEvent, TxHandle
+from alkstore import StreamEvent, TxHandle
+from alkstore_contract_tests.suite._api import make_consumer, run_scenario
 from alkstore_contract_tests.suite._support import StartRunning, eventually, start_thread
 
 
@@ -18,7 +19,7 @@ def test_a_consumer_handles_events_in_order_and_saves_its_offset(
     stream = store.stream("orders")
     offsets = [stream.publish(n) for n in range(30)]
     seen: list[int] = []
-    running(Consumer(store, stream, "projector", lambda event: seen.append(event.payload)))
+    running(make_consumer(store, stream, "projector", lambda event: seen.append(event.payload)))
     eventually(lambda: stream.get_offset("projector") == offsets[-1])
     assert seen == list(range(30))
     stream.publish(30)
@@ -32,7 +33,7 @@ def test_a_consumer_resumes_after_its_saved_offset(
     offsets = [stream.publish(n) for n in range(5)]
     stream.save_offset("projector", offsets[2])
     seen: list[int] = []
-    running(Consumer(store, "orders", "projector", lambda event: seen.append(event.payload)))
+    running(make_consumer(store, "orders", "projector", lambda event: seen.append(event.payload)))
     eventually(lambda: len(seen) == 2)
     assert seen == [3, 4]
 
@@ -49,7 +50,7 @@ def test_a_failing_event_is_retried_and_never_skipped(
         if event.payload == 2 and calls.count(2) < 3:
             raise RuntimeError("flaky")
 
-    consumer = Consumer(store, stream, "projector", handler)
+    consumer = make_consumer(store, stream, "projector", handler)
     running(consumer)
     eventually(lambda: stream.get_offset("projector") == offsets[-1])
     assert calls == [0, 1, 2, 2, 2, 3]
@@ -69,7 +70,7 @@ def test_a_transactional_consumer_commits_its_writes_with_its_offset(
             failures.append(2)
             raise RuntimeError("crash mid-batch")
 
-    running(Consumer(store, stream, "shipper", handler, transactional=True, batch_size=3))
+    running(make_consumer(store, stream, "shipper", handler, transactional=True, batch_size=3))
     eventually(lambda: stream.get_offset("shipper") == offsets[-1])
     # The failed batch rolled back whole: each event's job exists exactly once.
     shipments = store.queue("shipments").claim_batch("check", 10)
@@ -81,7 +82,7 @@ def test_a_transactional_handler_must_be_a_plain_function(store: alkstore.Store)
         return None
 
     with pytest.raises(TypeError, match="transactional"):
-        Consumer(store, "orders", "x", handler, transactional=True)
+        make_consumer(store, "orders", "x", handler, transactional=True)
 
 
 def test_run_async_consumes_with_a_coroutine_handler(store: alkstore.Store) -> None:
@@ -94,7 +95,7 @@ def test_run_async_consumes_with_a_coroutine_handler(store: alkstore.Store) -> N
 
     async def main() -> None:
         stop = asyncio.Event()
-        task = asyncio.create_task(Consumer(store, stream, "c", handler).run_async(stop))
+        task = asyncio.create_task(make_consumer(store, stream, "c", handler).run_async(stop))
         await asyncio.to_thread(stream.publish, 1)
         await asyncio.to_thread(stream.publish, 2)
         while len(seen) < 2:
@@ -102,7 +103,7 @@ def test_run_async_consumes_with_a_coroutine_handler(store: alkstore.Store) -> N
         stop.set()
         await asyncio.wait_for(task, 10)
 
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run_scenario(store, main, 60)
     assert seen == [1, 2]
     assert stream.get_offset("c") > 0
 

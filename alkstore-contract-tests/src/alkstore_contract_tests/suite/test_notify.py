@@ -10,6 +10,7 @@ import pytest
 import alkstore
 from alkstore import Wake
 from alkstore.engine import Capabilities, TestProvider
+from alkstore_contract_tests.suite._api import break_wakes
 from alkstore_contract_tests.suite._support import eventually, needs
 
 
@@ -182,7 +183,7 @@ def test_a_broken_wake_path_is_an_event_never_silence(
 ) -> None:
     needs(provider, "break_wakes")
     wakes = store.listen("c")
-    provider.break_wakes(store)
+    break_wakes(provider, store)
     if capabilities.reconnect_wakes:
         assert wakes.recv(10) == Wake(alkstore.RECONNECT_CHANNEL)
         peer.notify("c", 1)

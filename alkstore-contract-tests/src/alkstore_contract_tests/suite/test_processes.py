@@ -1,4 +1,7 @@
-"""Peers in other processes: wakes, claim exclusivity and lock contention."""
+"""Peers in other processes: wakes, claim exclusivity and lock contention.
+
+Each child process uses the session's API too (in async mode, an AsyncStore
+behind the suite's sync facade)."""
 
 from __future__ import annotations
 
@@ -15,7 +18,9 @@ from alkstore_contract_tests.suite._support import finish, spawn
 pytestmark = pytest.mark.usefixtures("multi_process")
 
 
-def test_a_listener_in_another_process_is_woken(target: StoreTarget, store: alkstore.Store) -> None:
+def test_a_listener_in_another_process_is_woken(
+    target: StoreTarget, api: str, store: alkstore.Store
+) -> None:
     listener = spawn(
         target,
         """
@@ -24,6 +29,7 @@ def test_a_listener_in_another_process_is_woken(target: StoreTarget, store: alks
             print(wakes.recv(30), flush=True)
         store.close()
         """,
+        api=api,
     )
     assert listener.stdout is not None
     assert listener.stdout.readline().strip() == "listening"
@@ -32,7 +38,7 @@ def test_a_listener_in_another_process_is_woken(target: StoreTarget, store: alks
 
 
 def test_processes_claiming_together_get_each_job_once(
-    target: StoreTarget, store: alkstore.Store
+    target: StoreTarget, api: str, store: alkstore.Store
 ) -> None:
     with store.transaction() as tx:
         for n in range(400):
@@ -49,6 +55,7 @@ def test_processes_claiming_together_get_each_job_once(
             store.close()
             """,
             f"worker-{n}",
+            api=api,
         )
         for n in range(3)
     ]
@@ -56,7 +63,9 @@ def test_processes_claiming_together_get_each_job_once(
     assert sorted(acked) == list(range(400))
 
 
-def test_processes_contending_for_a_lock_have_exactly_one_winner(target: StoreTarget) -> None:
+def test_processes_contending_for_a_lock_have_exactly_one_winner(
+    target: StoreTarget, api: str
+) -> None:
     start_at = str(time.time() + 1.5)
     contenders = [
         spawn(
@@ -69,6 +78,7 @@ def test_processes_contending_for_a_lock_have_exactly_one_winner(target: StoreTa
             """,
             f"owner-{n}",
             start_at,
+            api=api,
         )
         for n in range(5)
     ]

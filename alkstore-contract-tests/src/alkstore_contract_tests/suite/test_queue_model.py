@@ -26,6 +26,7 @@ from hypothesis.stateful import (
 import alkstore
 from alkstore import EnqueueOpts, QueueOpts
 from alkstore.engine import StoreTarget, TestProvider
+from alkstore_contract_tests.suite._api import StoreOpener
 
 
 @dataclass
@@ -43,20 +44,21 @@ class QueueMachine(RuleBasedStateMachine):
     """Two stores on one target, one queue with long visibility (no lapses)."""
 
     provider: TestProvider
+    api: str
     claimed = Bundle("claimed")
 
     def __init__(self) -> None:
         super().__init__()
         self.target: StoreTarget = self.provider.create_target()
-        self.stores = [self.provider.open_store(self.target) for _ in range(2)]
+        self.opener = StoreOpener(self.provider, self.api)
+        self.stores = [self.opener.open(self.target) for _ in range(2)]
         self.queues = [s.queue("model", QueueOpts(visibility_timeout_s=300)) for s in self.stores]
         self.jobs: dict[int, ModelJob] = {}
         self.enqueued = 0
         self.clock = 0
 
     def teardown(self) -> None:
-        for store in self.stores:
-            store.close()
+        self.opener.close()
         self.provider.drop_target(self.target)
 
     @initialize()
@@ -139,8 +141,9 @@ class QueueMachine(RuleBasedStateMachine):
 
 
 @pytest.mark.parametrize("_", [None])
-def test_queue_operations_agree_with_the_model(provider: TestProvider, _: None) -> None:
+def test_queue_operations_agree_with_the_model(provider: TestProvider, api: str, _: None) -> None:
     QueueMachine.provider = provider
+    QueueMachine.api = api
     QueueMachine.TestCase.settings = settings(
         max_examples=15, stateful_step_count=25, deadline=None
     )

@@ -9,6 +9,7 @@ import pytest
 import alkstore
 from alkstore import Wake
 from alkstore.engine import TestProvider
+from alkstore_contract_tests.suite._api import business_rows, write_business_row
 from alkstore_contract_tests.suite._support import SIDE_EFFECTS, needs
 
 
@@ -62,16 +63,16 @@ def test_side_effects_and_the_business_write_commit_together(
 ) -> None:
     needs(provider, "write_business_row")
     with pytest.raises(RuntimeError), store.transaction() as tx:
-        provider.write_business_row(tx, "rolled-back")
+        write_business_row(provider, tx, "rolled-back")
         tx.enqueue_tx("emails", None, "rolled-back")
         raise RuntimeError("roll back")
-    assert "rolled-back" not in provider.business_rows(peer)
+    assert "rolled-back" not in business_rows(provider, peer)
     assert peer.queue("emails").claim_one("w") is None
     with store.transaction() as tx:
-        provider.write_business_row(tx, "committed")
+        write_business_row(provider, tx, "committed")
         tx.enqueue_tx("emails", None, "committed")
         tx.publish_tx("orders", "committed")
-    assert provider.business_rows(peer) == {"committed"}
+    assert business_rows(provider, peer) == {"committed"}
     job = peer.queue("emails").claim_one("w")
     assert job is not None
     assert job.payload == "committed"

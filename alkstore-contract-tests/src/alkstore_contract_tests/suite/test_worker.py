@@ -10,14 +10,15 @@ import time
 import pytest
 
 import alkstore
-from alkstore import EnqueueOpts, Job, JobInfo, QueueOpts, Worker
+from alkstore import EnqueueOpts, Job, JobInfo, QueueOpts
 from alkstore.engine import StoreTarget
+from alkstore_contract_tests.suite._api import make_worker, run_scenario
 from alkstore_contract_tests.suite._support import StartRunning, eventually, spawn, start_thread
 
 
 def test_a_worker_handles_and_acks_every_job(store: alkstore.Store, running: StartRunning) -> None:
     seen: list[int] = []
-    worker = Worker(store, "work", lambda job: seen.append(job.payload), concurrency=3)
+    worker = make_worker(store, "work", lambda job: seen.append(job.payload), concurrency=3)
     with store.transaction() as tx:
         job_ids = [tx.enqueue_tx("work", None, n) for n in range(50)]
     running(worker)
@@ -30,7 +31,7 @@ def test_a_batch_claiming_worker_handles_every_job_once(
     store: alkstore.Store, running: StartRunning
 ) -> None:
     seen: list[int] = []
-    worker = Worker(store, "work", lambda job: seen.append(job.payload), batch_size=16)
+    worker = make_worker(store, "work", lambda job: seen.append(job.payload), batch_size=16)
     with store.transaction() as tx:
         for n in range(100):
             tx.enqueue_tx("work", None, n)
@@ -43,7 +44,7 @@ def test_a_parked_worker_is_woken_by_an_enqueue_not_a_poll(
     store: alkstore.Store, peer: alkstore.Store, running: StartRunning
 ) -> None:
     handled = threading.Event()
-    running(Worker(store, "work", lambda job: handled.set(), idle_wait_s=60))
+    running(make_worker(store, "work", lambda job: handled.set(), idle_wait_s=60))
     time.sleep(0.2)  # let it park
     peer.queue("work").enqueue("wake up")
     assert handled.wait(10)
@@ -57,7 +58,7 @@ def test_a_failing_handler_retries_with_its_error_recorded(
 
     queue = store.queue("work", QueueOpts(max_attempts=3, backoff_base_s=60))
     job_id = queue.enqueue("x")
-    worker = Worker(store, queue, handler)
+    worker = make_worker(store, queue, handler)
     running(worker)
     eventually(lambda: worker.stats().failed == 1)
     info = queue.get_job(job_id)
@@ -75,7 +76,7 @@ def test_a_job_failing_its_last_attempt_is_dead_lettered(
 
     queue = store.queue("work", QueueOpts(max_attempts=1))
     job_id = queue.enqueue("x")
-    running(Worker(store, queue, handler))
+    running(make_worker(store, queue, handler))
 
     def dead() -> JobInfo | None:
         info = queue.get_job(job_id)
@@ -97,7 +98,7 @@ def test_a_long_job_is_heartbeated_past_its_visibility_timeout(
         time.sleep(1.2)
         finished.set()
 
-    worker = Worker(store, queue, handler)
+    worker = make_worker(store, queue, handler)
     running(worker)
     eventually(lambda: attempts)
     while not finished.is_set():
@@ -117,7 +118,7 @@ def test_stopping_releases_a_job_that_outlives_the_grace_period(store: alkstore.
         started.set()
         unblock.wait(30)
 
-    worker = Worker(store, queue, handler, grace_s=0.2)
+    worker = make_worker(store, queue, handler, grace_s=0.2)
     stop = threading.Event()
     thread = start_thread(lambda: worker.run(stop))
     assert started.wait(10)
@@ -140,7 +141,7 @@ def test_stopping_lets_a_job_finish_within_the_grace_period(store: alkstore.Stor
         started.set()
         time.sleep(0.3)
 
-    worker = Worker(store, "work", handler, grace_s=10)
+    worker = make_worker(store, "work", handler, grace_s=10)
     stop = threading.Event()
     thread = start_thread(lambda: worker.run(stop))
     assert started.wait(10)
@@ -159,7 +160,7 @@ def test_stopping_releases_claimed_jobs_not_yet_started(store: alkstore.Store) -
         started.set()
         time.sleep(0.3)
 
-    worker = Worker(store, queue, handler, batch_size=8, grace_s=10)
+    worker = make_worker(store, queue, handler, batch_size=8, grace_s=10)
     stop = threading.Event()
     thread = start_thread(lambda: worker.run(stop))
     assert started.wait(10)
@@ -174,7 +175,7 @@ def test_an_outbox_is_delivered_by_a_worker(store: alkstore.Store, running: Star
     delivered: list[object] = []
     with store.transaction() as tx:
         tx.outbox_enqueue_tx("webhooks", None, {"order": 1})
-    worker = Worker(store, store.outbox("webhooks"), lambda job: delivered.append(job.payload))
+    worker = make_worker(store, store.outbox("webhooks"), lambda job: delivered.append(job.payload))
     running(worker)
     eventually(lambda: delivered)
     assert delivered == [{"order": 1}]
@@ -188,7 +189,7 @@ def test_a_coroutine_handler_runs_under_run(store: alkstore.Store, running: Star
         seen.append(job.payload)
 
     store.queue("work").enqueue(7)
-    running(Worker(store, "work", handler))
+    running(make_worker(store, "work", handler))
     eventually(lambda: seen)
     assert seen == [7]
 
@@ -205,7 +206,7 @@ def test_run_async_handles_jobs_without_blocking_the_loop(store: alkstore.Store)
 
     async def main() -> int:
         stop = asyncio.Event()
-        worker = Worker(store, queue, handler, concurrency=4, idle_wait_s=60)
+        worker = make_worker(store, queue, handler, concurrency=4, idle_wait_s=60)
         task = asyncio.create_task(worker.run_async(stop))
         ticks = 0
         while len(seen) < 20:
@@ -220,7 +221,7 @@ def test_run_async_handles_jobs_without_blocking_the_loop(store: alkstore.Store)
         await asyncio.wait_for(task, 10)
         return ticks - before
 
-    assert asyncio.run(asyncio.wait_for(main(), 60)) == 20
+    assert run_scenario(store, main, 60) == 20
     assert sorted(seen) == list(range(20))
 
 
@@ -233,14 +234,14 @@ def test_run_async_releases_running_jobs_at_shutdown(store: alkstore.Store) -> N
 
     async def main() -> None:
         stop = asyncio.Event()
-        worker = Worker(store, queue, handler, grace_s=0.1)
+        worker = make_worker(store, queue, handler, grace_s=0.1)
         task = asyncio.create_task(worker.run_async(stop))
         while worker.stats().in_flight == 0:
             await asyncio.sleep(0.01)
         stop.set()
         await asyncio.wait_for(task, 10)
 
-    asyncio.run(asyncio.wait_for(main(), 60))
+    run_scenario(store, main, 60)
     info = queue.get_job(job_id)
     assert info is not None
     assert (info.state, info.attempts) == ("pending", 0)
@@ -248,18 +249,18 @@ def test_run_async_releases_running_jobs_at_shutdown(store: alkstore.Store) -> N
 
 def test_bad_worker_arguments_are_refused(store: alkstore.Store) -> None:
     with pytest.raises(TypeError, match="handler"):
-        Worker(store, "work", "not callable")  # type: ignore[arg-type]
+        make_worker(store, "work", "not callable")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="concurrency"):
-        Worker(store, "work", print, concurrency=0)
+        make_worker(store, "work", print, concurrency=0)
     with pytest.raises(ValueError, match="grace_s"):
-        Worker(store, "work", print, grace_s=-1)
+        make_worker(store, "work", print, grace_s=-1)
     with pytest.raises(alkstore.ReservedName):
-        Worker(store, "__alkstore_x", print)
+        make_worker(store, "__alkstore_x", print)
 
 
 @pytest.mark.usefixtures("multi_process")
 def test_a_worker_process_sent_sigterm_mid_job_loses_nothing(
-    target: StoreTarget, store: alkstore.Store
+    target: StoreTarget, api: str, store: alkstore.Store
 ) -> None:
     queue = store.queue("work", QueueOpts(max_attempts=1))
     stuck = queue.enqueue("stuck")
@@ -268,13 +269,15 @@ def test_a_worker_process_sent_sigterm_mid_job_loses_nothing(
         target,
         """
         import threading
+        from alkstore_contract_tests.suite._api import make_worker
         def handler(job):
             print("started", job.payload, flush=True)
             threading.Event().wait(60)
-        alkstore.Worker(store, "work", handler, batch_size=4, grace_s=0.3).run_forever()
+        make_worker(store, "work", handler, batch_size=4, grace_s=0.3).run_forever()
         print("stopped", flush=True)
         store.close()
         """,
+        api=api,
     )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "started stuck"
