@@ -23,8 +23,39 @@ def test_without_the_option_other_test_runs_are_untouched(pytester: pytest.Pytes
 def test_the_options_are_documented_in_help(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--help")
     result.stdout.fnmatch_lines(
-        ["*--alkstore-engine=NAME*", "*--alkstore-option=KEY=VALUE*", "*--alkstore-test-timeout=S*"]
+        [
+            "*--alkstore-engine=NAME*",
+            "*--alkstore-option=KEY=VALUE*",
+            "*--alkstore-api={sync,async}*",
+            "*--alkstore-test-timeout=S*",
+        ]
     )
+
+
+def test_an_api_other_than_sync_or_async_is_refused(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest_subprocess("--alkstore-engine=sqlite", "--alkstore-api=trio")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--alkstore-api*invalid choice*'trio'*"])
+
+
+@pytest.mark.parametrize(
+    ("arguments", "shown"),
+    [
+        ((), "alkstore API: sync"),
+        (("--alkstore-api=sync",), "alkstore API: sync"),
+        (
+            ("--alkstore-api=async",),
+            "alkstore API: async (AsyncStore from the engine's open_async*",
+        ),
+    ],
+)
+def test_the_header_shows_the_api_the_suite_runs_through(
+    pytester: pytest.Pytester, arguments: tuple[str, ...], shown: str
+) -> None:
+    result = pytester.runpytest_subprocess(
+        "--alkstore-engine=sqlite", "--collect-only", "-k", "no_such_test", *arguments
+    )
+    result.stdout.fnmatch_lines([shown])
 
 
 @pytest.mark.parametrize("seconds", ["0", "-1", "nan"])

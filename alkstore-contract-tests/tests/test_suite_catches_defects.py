@@ -2,8 +2,10 @@
 
 The example engine (``example-engine/``, the template for engine authors) is
 pip-installed into a folder of its own; pytest then runs in a separate
-process with only ``--alkstore-engine``. The correct engine passes; each
-deliberately broken variant fails exactly the tests that name its defect.
+process with only ``--alkstore-engine`` (and ``--alkstore-api``). The correct
+engine passes; each deliberately broken variant fails exactly the tests that
+name its defect. Each runs through both APIs: sync, and async (the suite's
+facade over the engine's ``open_async``).
 """
 
 from __future__ import annotations
@@ -69,6 +71,12 @@ class Outcome:
     output: str
 
 
+@pytest.fixture(params=["sync", "async"])
+def api(request: pytest.FixtureRequest) -> str:
+    """The API the suite runs through: ``--alkstore-api``."""
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("example-engine-site")
@@ -84,13 +92,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def run_suite(site: Path, workdir: Path, engine: str, *arguments: str) -> Outcome:
+def run_suite(site: Path, workdir: Path, engine: str, api: str, *arguments: str) -> Outcome:
     report = workdir / "report.xml"
     environment = {**os.environ, "PYTHONPATH": str(site)}
     result = subprocess.run(
         [
-            sys.executable, "-m", "pytest", f"--alkstore-engine={engine}", "-q", "-ra",
-            "-p", "no:cacheprovider", f"--junitxml={report}", *arguments,
+            sys.executable, "-m", "pytest", f"--alkstore-engine={engine}", f"--alkstore-api={api}",
+            "-q", "-ra", "-p", "no:cacheprovider", f"--junitxml={report}", *arguments,
         ],
         cwd=workdir,
         env=environment,
@@ -112,9 +120,9 @@ def run_suite(site: Path, workdir: Path, engine: str, *arguments: str) -> Outcom
 
 
 def test_the_example_engine_passes_the_whole_suite_from_an_empty_folder(
-    site: Path, tmp_path: Path
+    site: Path, tmp_path: Path, api: str
 ) -> None:
-    outcome = run_suite(site, tmp_path, "memory")
+    outcome = run_suite(site, tmp_path, "memory", api)
     assert outcome.returncode == 0, outcome.output
     assert outcome.failed == set()
     assert len(outcome.passed) > 150
@@ -207,9 +215,9 @@ def test_the_example_engine_passes_the_whole_suite_from_an_empty_folder(
     ],
 )  # fmt: skip
 def test_a_broken_engine_fails_exactly_the_tests_that_name_its_defect(
-    site: Path, tmp_path: Path, engine: str, selection: str, expected: set[str]
+    site: Path, tmp_path: Path, api: str, engine: str, selection: str, expected: set[str]
 ) -> None:
-    outcome = run_suite(site, tmp_path, engine, "-k", selection)
+    outcome = run_suite(site, tmp_path, engine, api, "-k", selection)
     assert outcome.returncode == 1, outcome.output
     assert outcome.failed == expected, outcome.output
     assert outcome.passed, "the rest of the selection should pass"
@@ -217,11 +225,11 @@ def test_a_broken_engine_fails_exactly_the_tests_that_name_its_defect(
 
 @pytest.mark.parametrize("limit", ["--alkstore-test-timeout=2", "--timeout=2"])
 def test_a_test_that_would_hang_fails_at_its_time_limit_and_the_run_goes_on(
-    site: Path, tmp_path: Path, limit: str
+    site: Path, tmp_path: Path, api: str, limit: str
 ) -> None:
     # The echoing engine's receivers hand out the same wake forever: a test that
     # drains its receiver loops until the time limit fails it.
-    outcome = run_suite(site, tmp_path, "memory-echoing-wakes", "-k", "test_notify", limit)
+    outcome = run_suite(site, tmp_path, "memory-echoing-wakes", api, "-k", "test_notify", limit)
     assert outcome.returncode == 1, outcome.output
     assert outcome.failed == {
         "test_wakes_per_notify_or_coalesced_as_declared",
@@ -233,15 +241,16 @@ def test_a_test_that_would_hang_fails_at_its_time_limit_and_the_run_goes_on(
 
 
 def test_a_test_the_limit_cannot_interrupt_ends_the_process_soon_after(
-    site: Path, tmp_path: Path
+    site: Path, tmp_path: Path, api: str
 ) -> None:
     # The deaf engine's receivers swallow the time limit's exception: past the
     # limit and a grace period the plugin ends the process, with every stack.
     started = time.monotonic()
     result = subprocess.run(
         [
-            sys.executable, "-m", "pytest", "--alkstore-engine=memory-deaf-wakes", "-q",
-            "-p", "no:cacheprovider", "-k", "test_wakes_per_notify_or_coalesced_as_declared",
+            sys.executable, "-m", "pytest", "--alkstore-engine=memory-deaf-wakes",
+            f"--alkstore-api={api}", "-q", "-p", "no:cacheprovider",
+            "-k", "test_wakes_per_notify_or_coalesced_as_declared",
             "--alkstore-test-timeout=1",
         ],
         cwd=tmp_path,
