@@ -83,6 +83,10 @@ class PostgresTestProvider(TestProvider):
         (not in autocommit: psycopg begins a transaction with its first statement)."""
         return psycopg.connect(target.target)
 
+    async def async_driver_connection(self, target: StoreTarget) -> psycopg.AsyncConnection[Any]:
+        """:meth:`driver_connection` for the suite's async mode: a ``psycopg.AsyncConnection``."""
+        return await psycopg.AsyncConnection.connect(target.target)
+
     def other_storage_target(self, target: StoreTarget) -> StoreTarget:
         """The same schema in another database of the server: the likeliest mix-up, as
         every database's default alkstore schema is ``alkstore``. (Another schema in
