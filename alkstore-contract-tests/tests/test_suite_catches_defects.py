@@ -132,6 +132,27 @@ def test_the_example_engine_passes_the_whole_suite_from_an_empty_folder(
     }
 
 
+def test_both_apis_run_the_same_tests(site: Path, tmp_path: Path) -> None:
+    collected = {
+        api: subprocess.run(
+            [
+                sys.executable, "-m", "pytest", "--alkstore-engine=memory", f"--alkstore-api={api}",
+                "--collect-only", "-q", "-p", "no:cacheprovider",
+            ],
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(site)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout.splitlines()
+        for api in ("sync", "async")
+    }  # fmt: skip
+    tests = [line for line in collected["sync"] if "::" in line]
+    assert len(tests) > 150
+    assert [line for line in collected["async"] if "::" in line] == tests
+
+
 @pytest.mark.parametrize(
     ("engine", "selection", "expected"),
     [
