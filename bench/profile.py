@@ -3,15 +3,18 @@
     python bench/profile.py OPERATION [--engine sqlite|postgres] [--count N]
 
 OPERATION is one of: enqueue_1, enqueue_100, claim_one, claim_batch, publish_100,
-wake_fanout. Prints pyinstrument's call tree of the timed loop only (set-up
-and fresh storage are outside it). bench/README.md records what these showed.
+wake_fanout, or through the asyncio API (``open_async``): async_enqueue_1,
+async_claim_batch. Prints pyinstrument's call tree of the timed loop only
+(set-up and fresh storage are outside it). bench/README.md records what these
+showed.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from _harness import postgres_database, sqlite_file
 from pyinstrument import Profiler
@@ -19,6 +22,7 @@ from pyinstrument import Profiler
 import alkstore
 
 Loop = Callable[[alkstore.Store, int], None]
+AsyncLoop = Callable[[alkstore.AsyncStore, int], Awaitable[None]]
 
 
 def enqueue_1(store: alkstore.Store, count: int) -> None:
@@ -74,29 +78,66 @@ LOOPS: dict[str, Loop] = {
     "publish_100": publish_100,
     "wake_fanout": wake_fanout,
 }
-NEEDS_JOBS = {"claim_one", "claim_batch"}
+
+
+async def async_enqueue_1(store: alkstore.AsyncStore, count: int) -> None:
+    queue = store.queue("q")
+    for n in range(count):
+        await queue.enqueue({"n": n})
+
+
+async def async_claim_batch(store: alkstore.AsyncStore, count: int) -> None:
+    queue = store.queue("q")
+    while jobs := await queue.claim_batch("w", 32):
+        await queue.ack_batch([job.id for job in jobs], "w")
+
+
+ASYNC_LOOPS: dict[str, AsyncLoop] = {
+    "async_enqueue_1": async_enqueue_1,
+    "async_claim_batch": async_claim_batch,
+}
+NEEDS_JOBS = {"claim_one", "claim_batch", "async_claim_batch"}
 
 
 @contextlib.contextmanager
-def fresh_store(engine: str) -> Iterator[alkstore.Store]:
+def fresh_target(engine: str) -> Iterator[str]:
     place = sqlite_file() if engine == "sqlite" else postgres_database()
-    with place as where, alkstore.open(str(where)) as store:
-        yield store
+    with place as where:
+        yield str(where)
+
+
+def profiled(target: str, operation: str, count: int) -> Profiler:
+    """Run the operation's loop on ``target`` under a profiler; return the profiler."""
+    if operation in NEEDS_JOBS:
+        with alkstore.open(target) as store:
+            enqueue_100(store, count)
+    if operation in ASYNC_LOOPS:
+        return asyncio.run(_profiled_async(target, ASYNC_LOOPS[operation], count))
+    with alkstore.open(target) as store:
+        profiler = Profiler(interval=0.0005)
+        profiler.start()
+        LOOPS[operation](store, count)
+        profiler.stop()
+    return profiler
+
+
+async def _profiled_async(target: str, loop: AsyncLoop, count: int) -> Profiler:
+    async with alkstore.open_async(target) as store:
+        profiler = Profiler(interval=0.0005, async_mode="enabled")
+        profiler.start()
+        await loop(store, count)
+        profiler.stop()
+    return profiler
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("operation", choices=sorted(LOOPS))
+    parser.add_argument("operation", choices=sorted([*LOOPS, *ASYNC_LOOPS]))
     parser.add_argument("--engine", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--count", type=int, default=3_000)
     arguments = parser.parse_args()
-    with fresh_store(arguments.engine) as store:
-        if arguments.operation in NEEDS_JOBS:
-            enqueue_100(store, arguments.count)
-        profiler = Profiler(interval=0.0005)
-        profiler.start()
-        LOOPS[arguments.operation](store, arguments.count)
-        profiler.stop()
+    with fresh_target(arguments.engine) as target:
+        profiler = profiled(target, arguments.operation, arguments.count)
     print(profiler.output_text(unicode=True, color=False, show_all=False))
 
 
