@@ -270,6 +270,49 @@ def test_the_listener_reconnects_and_says_so(dsn: str, schema: str) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("first_listen_too", [False, True])
+def test_a_listen_returns_only_once_its_channel_is_listened_to(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch, first_listen_too: bool
+) -> None:
+    """With every LISTEN/UNLISTEN round trip slow (a busy server), receivers keep
+    subscribing while the listener's statements are in flight: a listen that
+    returned before its own LISTEN ran would lose the notify sent next."""
+    import alkstore_postgres._async_wakes as async_wakes
+
+    run_all = async_wakes._run_all
+
+    async def slow_run_all(connection: psycopg.AsyncConnection, statements: object) -> None:
+        batch = list(statements)  # type: ignore[call-overload]
+        if batch:
+            await asyncio.sleep(0.2)
+        await run_all(connection, batch)
+
+    monkeypatch.setattr(async_wakes, "_run_all", slow_run_all)
+
+    async def scenario() -> None:
+        listening, notifying = await _open(dsn, schema), await _open(dsn, schema)
+        try:
+            if first_listen_too:  # the first two subscribe while the connection is made
+                first = asyncio.ensure_future(listening.listen("first"))
+                await asyncio.sleep(0.05)
+                second = await listening.listen("second")
+                await notifying.notify("second", None)
+                assert await second.recv_async(5) == alkstore.Wake("second")
+                (await first).close()
+                second.close()
+            for round_ in range(4):  # each listen comes while the last UNLISTEN runs
+                receiver = await listening.listen(f"c{round_}")
+                await notifying.notify(f"c{round_}", round_)
+                assert await receiver.recv_async(5) == alkstore.Wake(f"c{round_}")
+                receiver.close()
+                await asyncio.sleep(0.05)
+        finally:
+            await listening.close()
+            await notifying.close()
+
+    asyncio.run(scenario())
+
+
 def _terminate_listener(dsn: str, application_name: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as connection:
         killed = connection.execute(

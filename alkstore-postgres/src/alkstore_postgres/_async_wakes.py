@@ -66,6 +66,8 @@ class AsyncListener:
         self._nudged = False
         self._questions: list[asyncio.Future[set[str]]] = []
         self._up = False
+        self._owe_reconnect_wake = False
+        """The connection went down: when it is back, every receiver gets a wake."""
         self._stopping = False
         self._connection: psycopg.AsyncConnection | None = None
         self.reconnects = 0
@@ -79,7 +81,9 @@ class AsyncListener:
                 raise Closed("the store is closed")
             receiver = self._fanout.subscribe(key)
             self._users[identifier] = self._users.get(identifier, 0) + 1
-            joined = identifier in self._listening or (self._task is not None and not self._up)
+            # While down after an outage, the reconnect wake covers a new receiver;
+            # before the first connection there is none to cover it: wait.
+            joined = identifier in self._listening or (not self._up and self._owe_reconnect_wake)
         if self._task is None:
             self._loop = loop
             self._task = loop.create_task(self._run(), name="alkstore-async-listener")
@@ -178,7 +182,7 @@ class AsyncListener:
             while not self._stopping:
                 try:
                     if connection is None or connection.closed:
-                        connection = await self._reconnect(connection is not None or failures > 0)
+                        connection = await self._reconnect()
                         failures = 0
                         if down_since is not None:
                             log.info(
@@ -207,6 +211,7 @@ class AsyncListener:
         """The connection is gone: what it listened to goes with it, and no
         subscriber waits for it (the reconnect wake covers them)."""
         self._up = False
+        self._owe_reconnect_wake = True
         self._connection = None
         self._listening = set()
         self._release_joiners()
@@ -228,27 +233,39 @@ class AsyncListener:
             self._release_joiners()  # no subscriber waits on a dead connection
             await self._wait_for_nudge(None, left)
 
-    async def _reconnect(self, again: bool) -> psycopg.AsyncConnection:
+    async def _reconnect(self) -> psycopg.AsyncConnection:
         connection = await self._connect()
         try:
             # Notifications that arrive while a statement runs reach the handler.
             connection.add_notify_handler(
                 lambda notice: self._fanout.deliver([payload_key(notice.payload)])
             )
-            with self._lock:
-                wanted = sorted(identifier for identifier, n in self._users.items() if n)
-            await _run_all(connection, (LISTEN.format(sql.Identifier(i)) for i in wanted))
+            listening = await self._listen_to_every_user(connection)
         except BaseException:
             await _close_quietly(connection)
             raise
-        self._listening = set(wanted)
+        # No await from here on: a receiver subscribing next sees the listener up.
+        self._listening = listening
         self._connection = connection
         self._up = True
         self._release_joiners()
-        if again:
+        if self._owe_reconnect_wake:
+            self._owe_reconnect_wake = False
             self.reconnects += 1
             self._fanout.deliver_to_all(Wake(RECONNECT_CHANNEL))
         return connection
+
+    async def _listen_to_every_user(self, connection: psycopg.AsyncConnection) -> set[str]:
+        """LISTEN to every channel with a receiver, those that subscribe meanwhile
+        included: the listener is up only once nobody waits for a LISTEN."""
+        listening: set[str] = set()
+        while True:
+            with self._lock:
+                missing = sorted(i for i, n in self._users.items() if n and i not in listening)
+            if not missing:
+                return listening
+            await _run_all(connection, (LISTEN.format(sql.Identifier(i)) for i in missing))
+            listening.update(missing)
 
     async def _serve(self, connection: psycopg.AsyncConnection) -> None:
         while not self._stopping:
@@ -283,6 +300,10 @@ class AsyncListener:
             ),
         )
         self._listening |= set(joining)
+        # Who wants what now, not before the round trip: a receiver that subscribed
+        # meanwhile waits for the next round (its nudge brings one at once).
+        with self._lock:
+            wanted = {identifier for identifier, n in self._users.items() if n}
         for identifier in list(self._joiners):
             if identifier in self._listening or identifier not in wanted:
                 _resolve_all(self._joiners.pop(identifier))
