@@ -31,6 +31,7 @@ to make isolated stores. See ``docs/engine-authors.md``.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -287,3 +288,26 @@ class TestProvider(abc.ABC):
         The suite then checks that the handle refuses to go on: nothing written
         after it may escape into autocommit."""
         raise NotImplementedError("this provider cannot commit behind a handle's back")
+
+    # The same backdoors for the suite's async mode (``--alkstore-api=async``),
+    # given an AsyncStore. The suite also uses ``write_business_row_async(tx:
+    # AsyncTxHandle, key)`` and ``async_driver_connection(target)`` where a
+    # provider defines them (the engine authors' guide, section 10).
+
+    async def business_rows_async(self, store: AsyncStore) -> set[str]:
+        """:meth:`business_rows` as seen from an async store. By default, read
+        through the store's sync companion, which sees every committed row."""
+        companion = await store._companion()
+        return await asyncio.to_thread(self.business_rows, companion)
+
+    async def break_wakes_async(self, store: AsyncStore) -> None:
+        """:meth:`break_wakes` of an async store's wake path. By default the
+        companion's, which is the async store's unless the engine listens natively
+        (overrides ``AsyncStore._watch``): such an engine implements this."""
+        if type(store)._watch is not AsyncStore._watch:
+            raise NotImplementedError(
+                "the async store listens natively and this provider does not implement "
+                "break_wakes_async(store) to break that wake path"
+            )
+        companion = await store._companion()
+        await asyncio.to_thread(self.break_wakes, companion)

@@ -137,38 +137,28 @@ def write_business_row(provider: TestProvider, tx: alkstore.TxHandle | TxFacade,
 def business_rows(provider: TestProvider, store: alkstore.Store | StoreFacade) -> set[str]:
     """``provider.business_rows`` as ``store`` sees them.
 
-    In async mode without ``business_rows_async``, the sync backdoor reads
-    through the async store's companion: a sync store of the engine on the
-    same storage, which sees what was committed as well as any peer.
+    In async mode, ``business_rows_async`` (by default core's reads through the
+    async store's sync companion, which sees what was committed as any peer does).
     """
     if not isinstance(store, StoreFacade):
         return provider.business_rows(store)
-    twin = getattr(provider, "business_rows_async", None)
-    if twin is not None:
-        return cast("set[str]", store.loop.run(lambda: twin(store.async_store)))
-    return provider.business_rows(store.companion())
+    return store.loop.run(lambda: provider.business_rows_async(store.async_store))
 
 
 def break_wakes(provider: TestProvider, store: alkstore.Store | StoreFacade) -> None:
     """``provider.break_wakes`` of ``store``'s wake path.
 
-    In async mode without ``break_wakes_async``: an async store whose wakes
-    come from its companion (core's default ``_watch``) has its companion's
-    wake path broken; one that listens natively needs the async backdoor.
+    In async mode, ``break_wakes_async``: by default core's breaks the wake
+    path of the async store's companion, which is the async store's own unless
+    the engine listens natively; a provider that cannot is skipped with its reason.
     """
     if not isinstance(store, StoreFacade):
         provider.break_wakes(store)
         return
-    twin = getattr(provider, "break_wakes_async", None)
-    if twin is not None:
-        store.loop.run(lambda: twin(store.async_store))
-        return
-    if type(store.async_store)._watch is not AsyncStore._watch:
-        pytest.skip(
-            "the async store listens natively and the provider does not implement "
-            "break_wakes_async(store: AsyncStore) to break that wake path"
-        )
-    provider.break_wakes(store.companion())
+    try:
+        store.loop.run(lambda: provider.break_wakes_async(store.async_store))
+    except NotImplementedError as exc:
+        pytest.skip(str(exc))
 
 
 # Workers and Consumers: over the AsyncStore in async mode, on its loop.

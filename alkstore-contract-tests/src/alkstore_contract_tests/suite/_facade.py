@@ -47,7 +47,6 @@ if TYPE_CHECKING:
         QueueStats,
         Schedule,
         ScheduleOpts,
-        Store,
         StreamEvent,
         StreamStats,
         TxState,
@@ -222,10 +221,6 @@ class StoreFacade(Facade):
 
     def inspect(self) -> InspectorFacade:
         return InspectorFacade(self._loop.call(self._inner.inspect), self._loop)
-
-    def companion(self) -> Store:
-        """The sync store on the same target that the async store's default hooks use."""
-        return self._loop.run(self._inner._companion)
 
 
 class QueueFacade(Facade):
