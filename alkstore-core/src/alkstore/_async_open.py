@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 from collections.abc import Generator
@@ -90,10 +91,12 @@ class OffloadedStore(AsyncStore):
 
 
 async def open_offloaded(engine_open: Any, target: str, options: dict[str, Any]) -> AsyncStore:
-    """Open a sync store with ``engine_open(target, **options)`` on a thread and
-    serve the async API over it. A cancelled open closes the store it made."""
-    loop = asyncio.get_running_loop()
-    opening = loop.run_in_executor(None, lambda: engine_open(target, **options))
+    """Open a sync store with ``engine_open(target, **options)`` on a thread of its
+    own (gone once the store is open) and serve the async API over it. A
+    cancelled open closes the store it made."""
+    opener = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="alkstore-open")
+    opening = asyncio.wrap_future(opener.submit(lambda: engine_open(target, **options)))
+    opener.shutdown(wait=False)
     try:
         store = await asyncio.shield(opening)
     except asyncio.CancelledError:
