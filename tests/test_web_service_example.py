@@ -1,6 +1,6 @@
 """The asyncio web service example runs for real on each engine: uvicorn, HTTP, a worker.
 
-The service (``examples/fastapi_service``) is started as a user starts it, in
+The service (``examples/web_service``) is started as a user starts it, in
 a subprocess on a free port, and driven over HTTP only; its business table
 and alkstore's rows are then checked through a store of the test's own. On
 PostgreSQL each test gets a fresh schema for alkstore's tables (``schema=``)
@@ -29,7 +29,7 @@ import pytest
 
 import alkstore
 
-SERVICE = Path(__file__).parents[1] / "examples" / "fastapi_service"
+SERVICE = Path(__file__).parents[1] / "examples" / "web_service"
 START_TIMEOUT_S = 30.0
 WORK_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
