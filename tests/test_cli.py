@@ -504,7 +504,8 @@ def test_two_workers_and_the_queues_view_agree_on_counts(dsn: str, tmp_path: Pat
     total, concurrency, batch = 200, 2, 4
     write_handlers(tmp_path)
     with alkstore.open(dsn) as store, store.transaction() as tx:
-        enqueued = {tx.enqueue_tx("q", None, {"sleep": 0.03}) for _ in range(total)}
+        # 5 s of work for the two workers: a loaded machine's CLI snapshots see it in flight.
+        enqueued = {tx.enqueue_tx("q", None, {"sleep": 0.1}) for _ in range(total)}
     assert ok_json("queues", "--dsn", dsn)[0]["ready"] == total
 
     worker_command = ("worker", "q", "cli_test_handlers:handle", "--concurrency", str(concurrency),
