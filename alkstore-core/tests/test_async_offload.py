@@ -165,6 +165,45 @@ def test_a_cancelled_run_schedules_leaves_no_thread_behind(tmp_path: Path) -> No
     run(body)
 
 
+# About half a second of work for SQLite, holding the transaction's thread.
+_SLOW_SQL = (
+    "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 3000000) "
+    "SELECT count(*) FROM n"
+)
+
+
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_an_end_cancelled_before_it_ran_still_ends_the_transaction(
+    tmp_path: Path, ending: str
+) -> None:
+    """A commit or rollback queued behind a running statement and cancelled
+    before its turn still runs: the transaction never stays open (holding
+    SQLite's write lock) behind a handle that says it ended."""
+    target = tmp_path / "a.db"
+
+    async def body() -> None:
+        async with alkstore.open_async(target) as store:
+            tx = await store.begin_tx()
+            job_id = await tx.enqueue_tx("q", None, "kept or dropped")
+            slow = asyncio.ensure_future(tx.execute(_SLOW_SQL))
+            await asyncio.sleep(0.05)  # the statement is running on the transaction's thread
+            slow.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await slow
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(getattr(tx, ending)(), 0.01)
+            assert not tx.active
+            # Waits for the write lock until the transaction ends (5 s at most).
+            next_id = await store.queue("q").enqueue("next")
+            ready = [job.payload for job in await store.inspect().jobs("q", "pending")]
+            if ending == "commit":
+                assert (next_id, ready) == (job_id + 1, ["kept or dropped", "next"])
+            else:
+                assert ready == ["next"]
+
+    run(body)
+
+
 class Ledger:
     """What the fuzz knows about every job: committed for sure, maybe, acked."""
 

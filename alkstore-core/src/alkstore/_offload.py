@@ -8,7 +8,10 @@ thousand, and it belongs to one store, so closing the store frees it.
 Cancelling an await does not stop a call already running on a thread (a
 statement cannot be taken back half-way). What the call produced is then
 handed to an ``abandon`` callback, so a transaction begun for a cancelled
-caller is rolled back instead of holding its connection forever.
+caller is rolled back instead of holding its connection forever. A call
+given to a transaction's :class:`Lane` always runs, even when its await is
+cancelled before the call started: a commit or rollback that never ran
+would leave the transaction open behind a handle that says it ended.
 """
 
 from __future__ import annotations
@@ -102,16 +105,45 @@ class Lane:
     async def run(
         self, call: Callable[..., T], *args: Any, abandon: Callable[[T], None] | None = None
     ) -> T:
-        """Await ``call(*args)`` after every earlier call of this lane (see ``Offloader.run``)."""
+        """Await ``call(*args)`` after every earlier call of this lane.
+
+        The call runs even if this await is cancelled first; ``abandon`` then
+        gets its result, on this lane's thread, after it.
+        """
         try:
             future = self._executor.submit(call, *args)
         except RuntimeError:  # the transaction ended while this call began
             raise Closed("this transaction has ended") from None
-        return await _await_call(future, abandon)
+        try:
+            return await _outcome_of(future)
+        except asyncio.CancelledError:
+            if abandon is not None:
+                self._hand_over_later(abandon, future)
+            raise
+
+    def _hand_over_later(
+        self, abandon: Callable[[T], None], future: concurrent.futures.Future[T]
+    ) -> None:
+        try:  # queued behind the call: on this lane's thread, after it
+            self._executor.submit(_hand_over, abandon, future)
+        except RuntimeError:  # the lane closed meanwhile: wherever the call ends
+            future.add_done_callback(functools.partial(_hand_over, abandon))
 
     def close(self) -> None:
         """Let the calls already queued finish, then end the thread."""
         self._executor.shutdown(wait=False)
+
+
+async def _outcome_of(future: concurrent.futures.Future[T]) -> T:
+    """Await ``future`` without cancelling it when the await is cancelled."""
+    outcome = asyncio.wrap_future(future)
+    outcome.add_done_callback(_retrieve)  # an outcome nobody awaits any more logs nothing
+    return await asyncio.shield(outcome)
+
+
+def _retrieve(outcome: asyncio.Future[Any]) -> None:
+    if not outcome.cancelled():
+        outcome.exception()
 
 
 async def _await_call(
