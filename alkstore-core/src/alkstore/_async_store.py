@@ -20,7 +20,7 @@ from alkstore._capabilities import Capabilities
 from alkstore._codec import encode
 from alkstore._errors import Closed
 from alkstore._names import check_identifier, check_name, outbox_queue_name
-from alkstore._offload import Lane, Offloader
+from alkstore._offload import Lane, Offloader, WouldWait
 from alkstore._options import OUTBOX_QUEUE_OPTS, QueueOpts, ScheduleOpts, check_duration
 from alkstore._receivers import WakeReceiver
 from alkstore._scheduler import run_scheduler
@@ -233,7 +233,18 @@ class AsyncStore(StoreBasics):
     async def _offloaded(
         self, call: Callable[..., T], *args: Any, abandon: Callable[[T], None] | None = None
     ) -> T:
-        """Await ``call(*args)`` run on this store's threads (see ``Offloader.run``)."""
+        """Await ``call(*args)``, a hook of the companion: run here when the companion
+        can run it without waiting (``Store._without_waiting``), else on this
+        store's threads (see ``Offloader.run``)."""
+        companion = self._companion_store
+        if companion is not None and type(companion)._without_waiting is not Store._without_waiting:
+            # A turn for the loop's other tasks first: a loop of prompt calls
+            # must not starve them, and a cancellation lands before the call.
+            await asyncio.sleep(0)
+            try:
+                return companion._without_waiting(call, *args)
+            except WouldWait:
+                pass
         return await self._offloader.run(call, *args, abandon=abandon)
 
     async def _companion(self) -> Store:

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from alkstore._errors import Closed
 
-__all__ = ["OFFLOAD_THREADS", "Lane", "Offloader"]
+__all__ = ["OFFLOAD_THREADS", "Lane", "Offloader", "WouldWait"]
 
 T = TypeVar("T")
 
@@ -34,6 +34,11 @@ log = logging.getLogger("alkstore")
 
 OFFLOAD_THREADS = 8
 """Threads a store runs sync engine calls on, at most."""
+
+
+class WouldWait(Exception):
+    """Raised by ``Store._without_waiting``: the call would have to wait (for a
+    lock, a disk flush or the network), and nothing of it was done."""
 
 
 class Offloader:

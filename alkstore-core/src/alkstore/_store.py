@@ -9,9 +9,9 @@ import socket
 import threading
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from alkstore._capabilities import Capabilities
 from alkstore._codec import encode
@@ -20,6 +20,7 @@ from alkstore._every import parse_every
 from alkstore._inspect import Inspector
 from alkstore._lock import Lock
 from alkstore._names import check_identifier, check_name, outbox_queue_name
+from alkstore._offload import WouldWait
 from alkstore._options import OUTBOX_QUEUE_OPTS, QueueOpts, ScheduleOpts, check_duration
 from alkstore._outbox import Outbox
 from alkstore._queue import Queue
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_SCHEDULER_LEASE_S", "StopSignal", "Store", "check_schedule", "default_owner",
 ]  # fmt: skip
+
+
+T = TypeVar("T")
 
 
 class StopSignal(Protocol):
@@ -328,6 +332,21 @@ class Store(StoreBasics, abc.ABC):
     @abc.abstractmethod
     def _adopt_tx(self, connection: Any) -> TxHandle:
         """Wrap the caller's connection; refuse one to other storage with a clear error."""
+
+    # Optional hooks, with defaults.
+
+    def _without_waiting(self, call: Callable[..., T], *args: Any) -> T:
+        """Run ``call(*args)``, one of this store's own hooks, on the calling thread
+        if it can finish without waiting (for a lock, a disk flush or the
+        network); else raise :class:`WouldWait` having done nothing.
+
+        The async API over this store (core's thread offload) asks first, on
+        the event loop's thread, and runs the call on one of its threads only
+        when refused: a prompt call saves the hand-off between threads. A
+        call must not block the loop for longer than a short statement
+        takes. The default refuses every call.
+        """
+        raise WouldWait
 
 
 def check_schedule(

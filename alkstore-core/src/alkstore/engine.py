@@ -55,6 +55,7 @@ from alkstore._inspect import Inspector
 from alkstore._job import Job
 from alkstore._lock import Lock
 from alkstore._names import SCHEDULES_WAKE_KEY, queue_wake_key, stream_wake_key
+from alkstore._offload import WouldWait
 from alkstore._polling import PollingWatcher, WakeSource
 from alkstore._queue import EXPIRED, LAPSED_ON_LAST_ATTEMPT, Queue
 from alkstore._receivers import BufferedWakeReceiver, WakeReceiver
@@ -99,6 +100,7 @@ __all__ = [
     "WakeFanout",
     "WakeReceiver",
     "WakeSource",
+    "WouldWait",
     "backoff_ceiling",
     "decode",
     "load_engine",
