@@ -1,4 +1,12 @@
-"""Connections to one SQLite file, handed to one thread at a time."""
+"""Connections to one SQLite file, handed to one thread at a time.
+
+Besides the pooled connections, a pool has one *prompt* connection that never
+waits: a statement on it that would wait for the write lock fails at once
+with SQLITE_BUSY, and its commits never checkpoint the WAL (a checkpoint
+copies pages and flushes the disk). Only a thread in :meth:`ConnectionPool.prompt`
+mode gets it, one thread at a time: the async API's fast path, on the event
+loop's thread (see ``_prompt``).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ import sqlite3
 import threading
 
 from alkstore import Closed
+from alkstore.engine import WouldWait
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._settings import Settings
 
@@ -82,18 +91,43 @@ class ConnectionPool:
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._prompt: sqlite3.Connection | None = None
+        self._prompt_lent = False
+        self._prompt_mode = threading.Lock()  # held by the thread in prompt mode
+        self._prompt_thread: int | None = None
 
     def acquire(self) -> sqlite3.Connection:
-        """Take a connection for the calling thread's exclusive use."""
+        """Take a connection for the calling thread's exclusive use (the prompt
+        connection, for a thread in prompt mode)."""
         with self._lock:
             if self._closed:
                 raise Closed("the store is closed")
-            if self._idle:
+            prompt = self._prompt_thread == threading.get_ident() and not self._prompt_lent
+            if prompt:
+                self._prompt_lent = True
+                if self._prompt is not None:
+                    return self._prompt
+            elif self._idle:
                 return self._idle.pop()
-        return connect(self._path, self._settings)
+        if not prompt:
+            return connect(self._path, self._settings)
+        try:
+            self._prompt = _connect_prompt(self._path, self._settings)
+        except BaseException:
+            self._prompt_lent = False
+            raise
+        return self._prompt
+
+    def prompt(self) -> _PromptMode:
+        """``with pool.prompt():`` the block's first connection, on this thread, is
+        the prompt one. Raises ``WouldWait`` while another thread is in prompt mode."""
+        return _PromptMode(self)
 
     def release(self, connection: sqlite3.Connection) -> None:
         """Give a connection back; one left inside a transaction is rolled back first."""
+        if connection is self._prompt:
+            self._give_prompt_back(connection)
+            return
         if connection.in_transaction:
             try:
                 connection.execute("ROLLBACK")
@@ -110,11 +144,28 @@ class ConnectionPool:
         """A connection for the duration of the block."""
         return _Lease(self)
 
+    def _give_prompt_back(self, connection: sqlite3.Connection) -> None:
+        keep = True
+        if connection.in_transaction:
+            try:
+                connection.execute("ROLLBACK")
+            except sqlite3.Error:
+                keep = False
+        with self._lock:
+            self._prompt_lent = False
+            if keep and not self._closed:
+                return
+            self._prompt = None
+        connection.close()
+
     def close(self) -> None:
         """Close idle connections; connections in use close when released."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            if self._prompt is not None and not self._prompt_lent:
+                idle.append(self._prompt)
+                self._prompt = None
         for connection in idle:
             connection.close()
 
@@ -133,3 +184,33 @@ class _Lease:
 
     def __exit__(self, *exc_info: object) -> None:
         self._pool.release(self._connection)
+
+
+class _PromptMode:
+    """``with pool.prompt()``: see :meth:`ConnectionPool.prompt`."""
+
+    __slots__ = ("_pool",)
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+
+    def __enter__(self) -> None:
+        if not self._pool._prompt_mode.acquire(blocking=False):
+            raise WouldWait
+        self._pool._prompt_thread = threading.get_ident()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool._prompt_thread = None
+        self._pool._prompt_mode.release()
+
+
+def _connect_prompt(path: str, settings: Settings) -> sqlite3.Connection:
+    connection = connect(path, settings)
+    try:
+        with translate(f"opening {path!r}"):
+            connection.execute("PRAGMA busy_timeout = 0")
+            connection.execute("PRAGMA wal_autocheckpoint = 0")
+    except BaseException:
+        connection.close()
+        raise
+    return connection

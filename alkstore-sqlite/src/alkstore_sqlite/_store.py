@@ -6,8 +6,8 @@ import contextlib
 import os
 import sqlite3
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from alkstore import Database, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import (
@@ -26,6 +26,7 @@ from alkstore_sqlite._errors import translate
 from alkstore_sqlite._inspect import SQLiteInspector
 from alkstore_sqlite._lock import SQLiteLock, acquire
 from alkstore_sqlite._pool import ConnectionPool, begin, connect, transaction
+from alkstore_sqlite._prompt import PromptCalls
 from alkstore_sqlite._queue import SQLiteQueue
 from alkstore_sqlite._scheduler import due_schedules, fire_boundary, until_next_fire
 from alkstore_sqlite._schema import SchemaError, migrate
@@ -35,6 +36,8 @@ from alkstore_sqlite._tx import SQLiteTx
 from alkstore_sqlite._wakes import Watcher
 
 __all__ = ["SQLiteStore"]
+
+T = TypeVar("T")
 
 _NOTICE_HORIZON_S = 600.0  # notices older than this are pruned; watchers read them in ms
 _PRUNE_EVERY = 256
@@ -51,6 +54,7 @@ class SQLiteStore(Store):
         self.pool = ConnectionPool(path, settings)
         self.connection = self.pool.connection
         """A pooled connection (autocommit) for the block: ``with store.connection() as c``."""
+        self._prompt_calls = PromptCalls(self.pool, writes=settings.durability == "normal")
         self._watcher = Watcher(path, settings)
         self._notices = 0
 
@@ -148,6 +152,9 @@ class SQLiteStore(Store):
             self.pool.release(connection)
             raise
         return SQLiteTx(self, connection, owned=True)
+
+    def _without_waiting(self, call: Callable[..., T], *args: Any) -> T:
+        return self._prompt_calls.run(call, *args)
 
     def _adopt_tx(self, connection: Any) -> TxHandle:
         if not isinstance(connection, sqlite3.Connection):

@@ -1,0 +1,91 @@
+"""The async API's fast path: hooks run on the event loop's thread when they need not wait.
+
+Core's async store asks ``Store._without_waiting`` before it hands a call to
+a thread: on a loaded machine the hand-off costs more than the SQLite
+statement itself. A hook runs here only if it is one of the short ones
+below, on the pool's prompt connection, which fails at once with
+SQLITE_BUSY instead of waiting for the write lock and never checkpoints.
+Each of these hooks writes with at most one statement, or in one ``BEGIN
+IMMEDIATE`` transaction, so SQLITE_BUSY always comes before anything was
+written: the refused call then runs on a thread, from the start.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from alkstore import Database
+from alkstore.engine import WouldWait
+from alkstore_sqlite._lock import SQLiteLock
+from alkstore_sqlite._queue import SQLiteQueue
+from alkstore_sqlite._stream import SQLiteStream
+
+if TYPE_CHECKING:
+    from alkstore_sqlite._pool import ConnectionPool
+
+__all__ = ["CHECKPOINT_EVERY", "PromptCalls"]
+
+T = TypeVar("T")
+
+CHECKPOINT_EVERY = 64
+"""Every this many prompt writes, one is refused: it commits on a pooled
+connection, whose commit checkpoints the WAL once it has grown (the prompt
+connection never does, and the loop's thread must not flush the disk)."""
+
+_READS: frozenset[Callable[..., Any]] = frozenset({
+    SQLiteQueue._until_ready, SQLiteQueue._get_job,
+    SQLiteStream._read_since, SQLiteStream._get_offset,
+})  # fmt: skip
+_WRITES: frozenset[Callable[..., Any]] = frozenset({
+    SQLiteQueue._enqueue, SQLiteQueue._claim, SQLiteQueue._ack_batch, SQLiteQueue._ack_job,
+    SQLiteQueue._retry_job, SQLiteQueue._fail_job, SQLiteQueue._release_job,
+    SQLiteQueue._heartbeat_job, SQLiteStream._publish, SQLiteStream._save_offset,
+    SQLiteLock._renew, SQLiteLock._release,
+})  # fmt: skip
+
+_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED: primary codes, the low byte of extended ones
+
+
+class PromptCalls:
+    """Runs a store's short hooks on the calling thread, or refuses them."""
+
+    def __init__(self, pool: ConnectionPool, *, writes: bool) -> None:
+        """``writes``: whether writes may run promptly (not when every commit
+        flushes the disk, as with ``durability="full"``)."""
+        self._pool = pool
+        self._writes = writes
+        self._writes_since_checkpoint = 0
+
+    def __repr__(self) -> str:
+        return f"<PromptCalls writes={'on' if self._writes else 'off'}>"
+
+    def run(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on the prompt connection; ``WouldWait`` if it is not a
+        short hook, or met a lock (having written nothing)."""
+        hook = getattr(call, "__func__", None)
+        if hook not in _READS:
+            if hook not in _WRITES or not self._writes:
+                raise WouldWait
+            self._writes_since_checkpoint += 1
+            if self._writes_since_checkpoint >= CHECKPOINT_EVERY:
+                self._writes_since_checkpoint = 0
+                raise WouldWait
+        with self._pool.prompt():
+            try:
+                return call(*args)
+            except Database as exc:
+                if _met_a_lock(exc.__cause__):
+                    raise WouldWait from None
+                raise
+
+
+def _met_a_lock(cause: BaseException | None) -> bool:
+    if not isinstance(cause, sqlite3.OperationalError):
+        return False
+    code = getattr(cause, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return code & 0xFF in _BUSY
+    message = str(cause)
+    return "locked" in message or "busy" in message

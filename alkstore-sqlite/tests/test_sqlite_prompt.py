@@ -1,0 +1,119 @@
+"""The async API's fast path on SQLite: short calls run on the event loop's
+thread when they need not wait, and never block it when they would."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import alkstore
+from alkstore_sqlite._prompt import CHECKPOINT_EVERY
+
+T = TypeVar("T")
+
+
+def run(coroutine_function: Callable[[], Awaitable[T]]) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coroutine_function(), 60)
+
+    return asyncio.run(bounded())
+
+
+def offload_threads() -> list[str]:
+    """The threads of async stores' pools (core names them after the store's class)."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("alkstore-Offloaded")]
+
+
+def test_short_calls_run_on_the_loop_thread_without_a_pool_thread(tmp_path: Path) -> None:
+    async def body() -> None:
+        async with alkstore.open_async(tmp_path / "a.db") as store:
+            queue, stream = store.queue("q"), store.stream("s")
+            for n in range(CHECKPOINT_EVERY - 10):  # fewer writes than one refusal needs
+                await queue.enqueue(n)
+            await stream.publish("event")
+            jobs = await queue.claim_batch("w", 10)
+            assert await queue.ack_batch(jobs, "w") == 10
+            assert [e.payload for e in await stream.read_since(0, 10)] == ["event"]
+            assert await stream.save_offset("c", 1)
+            assert await stream.get_offset("c") == 1
+            assert offload_threads() == []
+
+    run(body)
+
+
+def test_a_held_write_lock_never_blocks_the_loop(tmp_path: Path) -> None:
+    """Another connection holds the write lock for half a second: the enqueue
+    waits for it on a thread while the loop goes on ticking."""
+    target = tmp_path / "a.db"
+    alkstore.open(target).close()
+    blocker = sqlite3.connect(target, isolation_level=None)
+
+    async def body() -> None:
+        async with alkstore.open_async(target) as store:
+            queue = store.queue("q")
+            await queue.enqueue("before")  # the prompt connection is open
+            blocker.execute("BEGIN IMMEDIATE")
+            loop = asyncio.get_running_loop()
+            loop.call_later(0.5, blocker.execute, "COMMIT")
+            longest_gap, stop = 0.0, asyncio.Event()
+
+            async def tick() -> None:
+                nonlocal longest_gap
+                last = time.monotonic()
+                while not stop.is_set():
+                    await asyncio.sleep(0.01)
+                    now = time.monotonic()
+                    longest_gap, last = max(longest_gap, now - last), now
+
+            ticker = asyncio.ensure_future(tick())
+            started = time.monotonic()
+            assert await queue.enqueue("after") == 2
+            waited = time.monotonic() - started
+            stop.set()
+            await ticker
+            assert waited >= 0.4, "the enqueue waited for the lock"
+            assert longest_gap < 0.2, f"the loop stalled for {longest_gap:.3f} s"
+            assert offload_threads(), "it waited on a thread of the store's pool"
+
+    try:
+        run(body)
+    finally:
+        blocker.close()
+
+
+def test_prompt_writes_leave_checkpoints_to_pooled_connections(tmp_path: Path) -> None:
+    """The prompt connection never checkpoints; one write in CHECKPOINT_EVERY goes
+    to a pooled connection, whose commit does: the WAL stays small."""
+    target = tmp_path / "a.db"
+    payload = "x" * 2000
+
+    wal = Path(f"{target}-wal")
+
+    async def body() -> int:
+        largest = 0
+        async with alkstore.open_async(target) as store:
+            queue = store.queue("q")
+            for n in range(5000):  # ~10 MB of payloads, ~40 MB of WAL without checkpoints
+                await queue.enqueue(payload)
+                if n % 100 == 0:
+                    largest = max(largest, wal.stat().st_size)
+        return largest
+
+    assert run(body) < 12 * 2**20
+
+
+def test_with_full_durability_writes_go_to_threads(tmp_path: Path) -> None:
+    """Every commit flushes the disk there: never on the loop's thread."""
+
+    async def body() -> None:
+        async with alkstore.open_async(tmp_path / "a.db", durability="full") as store:
+            await store.queue("q").enqueue(1)
+            assert offload_threads()
+            assert await store.queue("q").get_job(1) is not None
+
+    run(body)
