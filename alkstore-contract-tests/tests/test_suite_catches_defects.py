@@ -261,8 +261,9 @@ def test_a_test_that_would_hang_fails_at_its_time_limit_and_the_run_goes_on(
     assert len(outcome.passed) > 5, "the run goes on past each timed-out test"
 
 
+@pytest.mark.parametrize("limit", ["--alkstore-test-timeout=1", "--timeout=1"])
 def test_a_test_the_limit_cannot_interrupt_ends_the_process_soon_after(
-    site: Path, tmp_path: Path, api: str
+    site: Path, tmp_path: Path, api: str, limit: str
 ) -> None:
     # The deaf engine's receivers swallow the time limit's exception: past the
     # limit and a grace period the plugin ends the process, with every stack.
@@ -271,8 +272,7 @@ def test_a_test_the_limit_cannot_interrupt_ends_the_process_soon_after(
         [
             sys.executable, "-m", "pytest", "--alkstore-engine=memory-deaf-wakes",
             f"--alkstore-api={api}", "-q", "-p", "no:cacheprovider",
-            "-k", "test_wakes_per_notify_or_coalesced_as_declared",
-            "--alkstore-test-timeout=1",
+            "-k", "test_wakes_per_notify_or_coalesced_as_declared", limit,
         ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(site)},

@@ -147,9 +147,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     """End the process if a suite test outlives its time limit by far (see above)."""
-    marker = item.get_closest_marker("timeout")
-    limit = marker.args[0] if marker is not None and marker.args else None
-    if not item.path.is_relative_to(SUITE) or not isinstance(limit, (int, float)) or limit <= 0:
+    limit = _time_limit(item)
+    if not item.path.is_relative_to(SUITE) or limit is None or limit <= 0:
         yield
         return
     grace = max(limit * _BACKSTOP_FACTOR, _BACKSTOP_MIN_S)
@@ -162,6 +161,28 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         yield
     finally:
         backstop.cancel()
+
+
+def _time_limit(item: pytest.Item) -> float | None:
+    """The test's time limit: its ``timeout`` mark's (the suite's limit, or the
+    test's own), else pytest-timeout's own setting; None without one."""
+    if not item.config.pluginmanager.hasplugin("timeout"):
+        return None  # pytest-timeout disabled: no limit to back up
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        limit = marker.args[0]
+        return float(limit) if isinstance(limit, (int, float)) else None
+    for given in (
+        item.config.getoption("timeout", None),
+        os.environ.get("PYTEST_TIMEOUT"),
+        item.config.getini("timeout"),
+    ):
+        if given not in (None, ""):
+            try:
+                return float(given)
+            except (TypeError, ValueError):
+                return None
+    return None
 
 
 def _abandon_run(config: pytest.Config, nodeid: str, after_s: float) -> None:

@@ -223,11 +223,12 @@ class _SilentWakeDeathStore(MemoryStore):
 
 
 class _EchoingReceiver(WakeReceiver):
-    """Hands out a wake but keeps it pending: the same wake comes back forever."""
+    """Hands out its first wake again and again: the same wake comes back forever."""
 
     def __init__(self, inner: BufferedWakeReceiver) -> None:
         self.channel = inner.channel
         self._inner = inner
+        self._echo: Wake | None = None
 
     @property
     def closed(self) -> bool:
@@ -237,13 +238,16 @@ class _EchoingReceiver(WakeReceiver):
         self._inner.close()
 
     def recv(self, timeout: float | None = None) -> Wake | None:
-        wake = self._inner.recv(timeout)
-        if wake is not None:
-            self._inner.deliver(wake)
-            # Spend the loop outside the receiver's lock, so the time limit's
-            # signal lands here rather than between a lock's acquire and release.
+        if self._echo is None:
+            self._echo = self._inner.recv(timeout)
+        elif self._inner.closed:
+            return None
+        if self._echo is not None:
+            # The loop takes no lock once it echoes, so the time limit's signal
+            # lands here, never between a lock's acquire and its release (the
+            # test's cleanup would then wait for that lock forever).
             time.sleep(0.005)
-        return wake
+        return self._echo
 
 
 class _DeafReceiver(BufferedWakeReceiver):
