@@ -16,6 +16,9 @@ from alkstore_sqlite._prompt import CHECKPOINT_EVERY
 
 T = TypeVar("T")
 
+PROMPT_TURN_S = 0.002
+"""How often core's async store gives the loop a turn between prompt calls, at least."""
+
 
 def run(coroutine_function: Callable[[], Awaitable[T]]) -> T:
     async def bounded() -> T:
@@ -88,7 +91,9 @@ def test_a_held_write_lock_never_blocks_the_loop(tmp_path: Path) -> None:
 
 def test_prompt_writes_leave_checkpoints_to_pooled_connections(tmp_path: Path) -> None:
     """The prompt connection never checkpoints; one write in CHECKPOINT_EVERY goes
-    to a pooled connection, whose commit does: the WAL stays small."""
+    to a pooled connection, whose commit does (and the next write restarts the
+    WAL): the WAL stays small. A checkpoint on a thread of its own, beside a
+    writer that never pauses, would never catch up, and the WAL would grow."""
     target = tmp_path / "a.db"
     payload = "x" * 2000
 
@@ -105,6 +110,35 @@ def test_prompt_writes_leave_checkpoints_to_pooled_connections(tmp_path: Path) -
         return largest
 
     assert run(body) < 12 * 2**20
+
+
+def test_a_loop_of_prompt_calls_leaves_the_loop_turns_for_other_tasks(tmp_path: Path) -> None:
+    """Reads never go to a thread, so no call of this loop needs to suspend;
+    yet a task beside it gets a turn at least every PROMPT_TURN_S."""
+
+    async def body() -> None:
+        async with alkstore.open_async(tmp_path / "a.db") as store:
+            stream = store.stream("s")
+            await stream.publish("one")
+            turns = 0
+
+            async def count_turns() -> None:
+                nonlocal turns
+                while True:
+                    await asyncio.sleep(0)  # one turn per turn the loop gives it
+                    turns += 1
+
+            counter = asyncio.ensure_future(count_turns())
+            await asyncio.sleep(0)
+            turns, started = 0, time.monotonic()
+            for _ in range(3000):
+                await stream.read_since(0, 10)
+            elapsed = time.monotonic() - started
+            counter.cancel()
+            assert turns >= max(1, elapsed / PROMPT_TURN_S / 2), (turns, elapsed)
+            assert offload_threads() == []
+
+    run(body)
 
 
 def test_with_full_durability_writes_go_to_threads(tmp_path: Path) -> None:

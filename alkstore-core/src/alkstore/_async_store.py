@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
@@ -29,9 +30,13 @@ from alkstore._store_basics import DEFAULT_SCHEDULER_LEASE_S, StoreBasics
 from alkstore._tx import TxHandle
 from alkstore._values import Schedule
 
-__all__ = ["AsyncStore"]
+__all__ = ["PROMPT_TURN_S", "AsyncStore"]
 
 T = TypeVar("T")
+
+PROMPT_TURN_S = 0.002
+"""Calls an engine runs on the loop's thread (``Store._without_waiting``) give
+the loop a turn at least this often, so its other tasks never wait longer."""
 
 
 class AsyncStore(StoreBasics):
@@ -62,6 +67,7 @@ class AsyncStore(StoreBasics):
         self._companion_store: Store | None = None
         self._companion_lock = threading.Lock()
         self._open_txs: weakref.WeakSet[AsyncTxHandle] = weakref.WeakSet()
+        self._last_turn = 0.0  # when a prompt call last gave the loop a turn
 
     # Lifecycle
 
@@ -238,9 +244,10 @@ class AsyncStore(StoreBasics):
         store's threads (see ``Offloader.run``)."""
         companion = self._companion_store
         if companion is not None and type(companion)._without_waiting is not Store._without_waiting:
-            # A turn for the loop's other tasks first: a loop of prompt calls
-            # must not starve them, and a cancellation lands before the call.
-            await asyncio.sleep(0)
+            if time.monotonic() - self._last_turn >= PROMPT_TURN_S:
+                # A loop of prompt calls must not starve the loop's other tasks.
+                await asyncio.sleep(0)
+                self._last_turn = time.monotonic()
             try:
                 return companion._without_waiting(call, *args)
             except WouldWait:

@@ -95,33 +95,34 @@ class ConnectionPool:
         self._prompt_lent = False
         self._prompt_mode = threading.Lock()  # held by the thread in prompt mode
         self._prompt_thread: int | None = None
+        self._prompt_block = _PromptMode(self)
 
     def acquire(self) -> sqlite3.Connection:
         """Take a connection for the calling thread's exclusive use (the prompt
         connection, for a thread in prompt mode)."""
+        if self._prompt_thread == threading.get_ident() and not self._prompt_lent:
+            return self._lend_prompt()
         with self._lock:
             if self._closed:
                 raise Closed("the store is closed")
-            prompt = self._prompt_thread == threading.get_ident() and not self._prompt_lent
-            if prompt:
-                self._prompt_lent = True
-                if self._prompt is not None:
-                    return self._prompt
-            elif self._idle:
+            if self._idle:
                 return self._idle.pop()
-        if not prompt:
-            return connect(self._path, self._settings)
-        try:
-            self._prompt = _connect_prompt(self._path, self._settings)
-        except BaseException:
-            self._prompt_lent = False
-            raise
-        return self._prompt
+        return connect(self._path, self._settings)
 
     def prompt(self) -> _PromptMode:
         """``with pool.prompt():`` the block's first connection, on this thread, is
         the prompt one. Raises ``WouldWait`` while another thread is in prompt mode."""
-        return _PromptMode(self)
+        return self._prompt_block
+
+    def _lend_prompt(self) -> sqlite3.Connection:
+        # Only the thread in prompt mode gets here, and close() waits for it to
+        # leave that mode: no lock needed.
+        if self._closed:
+            raise Closed("the store is closed")
+        if self._prompt is None:
+            self._prompt = _connect_prompt(self._path, self._settings)
+        self._prompt_lent = True
+        return self._prompt
 
     def release(self, connection: sqlite3.Connection) -> None:
         """Give a connection back; one left inside a transaction is rolled back first."""
@@ -145,29 +146,32 @@ class ConnectionPool:
         return _Lease(self)
 
     def _give_prompt_back(self, connection: sqlite3.Connection) -> None:
-        keep = True
+        self._prompt_lent = False
         if connection.in_transaction:
             try:
                 connection.execute("ROLLBACK")
             except sqlite3.Error:
-                keep = False
-        with self._lock:
-            self._prompt_lent = False
-            if keep and not self._closed:
+                self._closed_prompt()
                 return
-            self._prompt = None
-        connection.close()
+        if self._closed:
+            self._closed_prompt()
+
+    def _closed_prompt(self) -> None:
+        prompt, self._prompt = self._prompt, None
+        if prompt is not None:
+            prompt.close()
 
     def close(self) -> None:
         """Close idle connections; connections in use close when released."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
-            if self._prompt is not None and not self._prompt_lent:
-                idle.append(self._prompt)
-                self._prompt = None
         for connection in idle:
             connection.close()
+        if self._prompt_thread == threading.get_ident():
+            return  # closed from inside a prompt call: its release closes the connection
+        with self._prompt_mode:  # a prompt call in flight finishes first (a statement)
+            self._closed_prompt()
 
 
 class _Lease:

@@ -29,7 +29,7 @@ __all__ = ["CHECKPOINT_EVERY", "PromptCalls"]
 
 T = TypeVar("T")
 
-CHECKPOINT_EVERY = 64
+CHECKPOINT_EVERY = 256
 """Every this many prompt writes, one is refused: it commits on a pooled
 connection, whose commit checkpoints the WAL once it has grown (the prompt
 connection never does, and the loop's thread must not flush the disk)."""
