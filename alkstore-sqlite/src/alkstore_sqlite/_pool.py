@@ -114,6 +114,11 @@ class ConnectionPool:
         the prompt one. Raises ``WouldWait`` while another thread is in prompt mode."""
         return self._prompt_block
 
+    def prompt_changes(self) -> int:
+        """Rows the prompt connection has changed since it was opened (0 before)."""
+        prompt = self._prompt
+        return 0 if prompt is None else prompt.total_changes
+
     def _lend_prompt(self) -> sqlite3.Connection:
         # Only the thread in prompt mode gets here, and close() waits for it to
         # leave that mode: no lock needed.

@@ -25,14 +25,17 @@ from alkstore_sqlite._stream import SQLiteStream
 if TYPE_CHECKING:
     from alkstore_sqlite._pool import ConnectionPool
 
-__all__ = ["CHECKPOINT_EVERY", "PromptCalls"]
+__all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_ROWS", "PromptCalls"]
 
 T = TypeVar("T")
 
 CHECKPOINT_EVERY = 256
-"""Every this many prompt writes, one is refused: it commits on a pooled
-connection, whose commit checkpoints the WAL once it has grown (the prompt
-connection never does, and the loop's thread must not flush the disk)."""
+"""After this many prompt writes, the next one is refused: it commits on a
+pooled connection, whose commit checkpoints the WAL once it has grown (the
+prompt connection never does, and the loop's thread must not flush the disk)."""
+CHECKPOINT_ROWS = 2048
+"""Likewise after prompt writes that changed this many rows (big batches fill
+the WAL faster than many small writes)."""
 
 _READS: frozenset[Callable[..., Any]] = frozenset({
     SQLiteQueue._until_ready, SQLiteQueue._get_job,
@@ -57,6 +60,7 @@ class PromptCalls:
         self._pool = pool
         self._writes = writes
         self._writes_since_checkpoint = 0
+        self._rows_at_checkpoint = 0  # the prompt connection's total_changes then
 
     def __repr__(self) -> str:
         return f"<PromptCalls writes={'on' if self._writes else 'off'}>"
@@ -65,20 +69,28 @@ class PromptCalls:
         """``call(*args)`` on the prompt connection; ``WouldWait`` if it is not a
         short hook, or met a lock (having written nothing)."""
         hook = getattr(call, "__func__", None)
-        if hook not in _READS:
-            if hook not in _WRITES or not self._writes:
-                raise WouldWait
-            self._writes_since_checkpoint += 1
-            if self._writes_since_checkpoint >= CHECKPOINT_EVERY:
-                self._writes_since_checkpoint = 0
-                raise WouldWait
-        with self._pool.prompt():
+        writes = hook not in _READS
+        if writes and (hook not in _WRITES or not self._writes):
+            raise WouldWait
+        with self._pool.prompt():  # from here, the store's close waits for us
+            if writes:
+                self._refuse_for_a_checkpoint()
             try:
                 return call(*args)
             except Database as exc:
                 if _met_a_lock(exc.__cause__):
                     raise WouldWait from None
                 raise
+
+    def _refuse_for_a_checkpoint(self) -> None:
+        """Raise ``WouldWait`` when the prompt writes since the last refusal
+        may have grown the WAL enough to checkpoint it."""
+        self._writes_since_checkpoint += 1
+        rows = self._pool.prompt_changes() - self._rows_at_checkpoint
+        if self._writes_since_checkpoint > CHECKPOINT_EVERY or not 0 <= rows < CHECKPOINT_ROWS:
+            self._writes_since_checkpoint = 0
+            self._rows_at_checkpoint = self._pool.prompt_changes()
+            raise WouldWait
 
 
 def _met_a_lock(cause: BaseException | None) -> bool:
