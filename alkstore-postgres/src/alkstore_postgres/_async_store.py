@@ -33,6 +33,7 @@ from alkstore_postgres._async_tx import PostgresAsyncTx
 from alkstore_postgres._async_wakes import AsyncListener
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import connect_kwargs, has_input
+from alkstore_postgres._eager import shielded
 from alkstore_postgres._errors import connect_errors, translate
 from alkstore_postgres._job_buffer import JobIds
 from alkstore_postgres._plan import Plan, opening, run_plan_async, run_steps, run_steps_async
@@ -159,7 +160,7 @@ class PostgresAsyncStore(AsyncStore):
         """Return ``connection`` to the pool, closing it first unless it is idle
         outside any transaction and pipeline. Shielded: a second cancellation
         cannot lose it half-way."""
-        await asyncio.shield(self._return(connection))
+        await shielded(self._return(connection))
 
     async def _return(self, connection: psycopg.AsyncConnection) -> None:
         pgconn = connection.pgconn

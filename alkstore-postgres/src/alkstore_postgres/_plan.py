@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from alkstore_postgres._eager import start_now
+
 __all__ = [
     "Fetch", "Operation", "Pipeline", "Plan", "Statement", "Step",
     "opening", "run_plan", "run_plan_async", "run_step", "run_step_async", "run_steps",
@@ -158,7 +160,7 @@ async def run_step_async(connection: psycopg.AsyncConnection, step: Step) -> Any
     """
     if isinstance(step, Statement):
         return await _fetched_async(await connection.execute(step.sql, step.params), step.fetch)
-    running = asyncio.ensure_future(_run_pipeline(connection, step))
+    running = start_now(_run_pipeline(connection, step))
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
