@@ -90,10 +90,9 @@ def test_a_held_write_lock_never_blocks_the_loop(tmp_path: Path) -> None:
 
 
 def test_prompt_writes_leave_checkpoints_to_pooled_connections(tmp_path: Path) -> None:
-    """The prompt connection never checkpoints; one write in CHECKPOINT_EVERY goes
-    to a pooled connection, whose commit does (and the next write restarts the
-    WAL): the WAL stays small. A checkpoint on a thread of its own, beside a
-    writer that never pauses, would never catch up, and the WAL would grow."""
+    """The prompt connection never checkpoints; every CHECKPOINT_EVERY writes one
+    goes to a thread, which first checkpoints and restarts the WAL: it stays
+    small."""
     target = tmp_path / "a.db"
     payload = "x" * 2000
 
@@ -131,6 +130,33 @@ def test_big_prompt_batches_leave_checkpoints_to_pooled_connections_too(tmp_path
         return largest
 
     # 4.5 MB here; counting only the writes (80), the drain grew 30 MB of WAL.
+    assert run(body) < 16 * 2**20
+
+
+def test_many_tasks_writing_without_pause_still_let_the_wal_restart(tmp_path: Path) -> None:
+    """32 tasks keep the prompt connection busy: a passive checkpoint beside them
+    never catches up (the WAL grew past 800 MB for 60,000 jobs), so the asked-for
+    checkpoint holds writers back until the WAL restarts."""
+    target = tmp_path / "a.db"
+    wal = Path(f"{target}-wal")
+    jobs = 20_000
+
+    async def body() -> int:
+        largest = 0
+        async with alkstore.open_async(target) as store:
+            queue = store.queue("q")
+
+            async def enqueue_share(first: int) -> None:
+                nonlocal largest
+                for n in range(first, jobs, 32):
+                    await queue.enqueue({"n": n, "padding": "x" * 200})
+                    if n % 320 == 0:
+                        largest = max(largest, wal.stat().st_size)
+
+            await asyncio.gather(*(enqueue_share(first) for first in range(32)))
+            assert (await store.inspect().queues())[0].ready == jobs
+        return largest
+
     assert run(body) < 16 * 2**20
 
 

@@ -5,23 +5,31 @@ waits: a statement on it that would wait for the write lock fails at once
 with SQLITE_BUSY, and its commits never checkpoint the WAL (a checkpoint
 copies pages and flushes the disk). Only a thread in :meth:`ConnectionPool.prompt`
 mode gets it, one thread at a time: the async API's fast path, on the event
-loop's thread (see ``_prompt``).
+loop's thread (see ``_prompt``). The WAL its writes grow is restarted by a
+pooled connection, when asked (:meth:`ConnectionPool.want_checkpoint`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import threading
 
-from alkstore import Closed
+from alkstore import Closed, Database
 from alkstore.engine import WouldWait
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._settings import Settings
 
 __all__ = ["ConnectionPool", "begin", "connect", "transaction"]
 
+log = logging.getLogger("alkstore")
+
 _MAX_IDLE = 8
+
+_CHECKPOINT_WAIT_MS = 200
+"""How long an asked-for checkpoint waits for writers and readers to step
+aside; meanwhile it holds back new writers, so it must stay short."""
 
 
 def connect(path: str, settings: Settings) -> sqlite3.Connection:
@@ -95,13 +103,20 @@ class ConnectionPool:
         self._prompt_lent = False
         self._prompt_mode = threading.Lock()  # held by the thread in prompt mode
         self._prompt_thread: int | None = None
+        self._last_prompt_thread: int | None = None
         self._prompt_block = _PromptMode(self)
+        self._checkpoint_wanted = False
+        self._checkpointing = False
+        self._checkpoint_gate = threading.Condition(threading.Lock())
+        self._checkpointer: sqlite3.Connection | None = None
 
     def acquire(self) -> sqlite3.Connection:
         """Take a connection for the calling thread's exclusive use (the prompt
         connection, for a thread in prompt mode)."""
         if self._prompt_thread == threading.get_ident() and not self._prompt_lent:
             return self._lend_prompt()
+        if self._checkpoint_wanted and threading.get_ident() != self._last_prompt_thread:
+            self._run_wanted_checkpoint()  # never on the event loop's thread
         with self._lock:
             if self._closed:
                 raise Closed("the store is closed")
@@ -129,6 +144,35 @@ class ConnectionPool:
         self._prompt_lent = True
         return self._prompt
 
+    def want_checkpoint(self) -> None:
+        """Ask for a checkpoint that restarts the WAL: the next thread to take a
+        pooled connection runs it first (never the prompt thread)."""
+        self._checkpoint_wanted = True
+
+    @property
+    def checkpoint_pending(self) -> bool:
+        """A checkpoint was asked for and has not ended yet: prompt writes, which
+        never wait, would keep it from ever taking the write lock."""
+        return self._checkpoint_wanted
+
+    def _run_wanted_checkpoint(self) -> None:
+        """Run the asked-for checkpoint, or wait while another thread runs it:
+        meanwhile no connection of this pool is handed out, so none of ours
+        races it for the write lock."""
+        with self._checkpoint_gate:
+            while self._checkpointing:
+                if not self._checkpoint_gate.wait(_CHECKPOINT_WAIT_MS / 1000 * 2):
+                    return
+            if not self._checkpoint_wanted:
+                return
+            self._checkpointing = True
+        try:
+            self._restart_wal()
+        finally:
+            with self._checkpoint_gate:
+                self._checkpointing = self._checkpoint_wanted = False
+                self._checkpoint_gate.notify_all()
+
     def release(self, connection: sqlite3.Connection) -> None:
         """Give a connection back; one left inside a transaction is rolled back first."""
         if connection is self._prompt:
@@ -149,6 +193,23 @@ class ConnectionPool:
     def connection(self) -> _Lease:
         """A connection for the duration of the block."""
         return _Lease(self)
+
+    def _restart_wal(self) -> None:
+        """Checkpoint the whole WAL so the next write starts it from the top.
+
+        A passive checkpoint (SQLite's own, after a commit) never catches up
+        with writers that do not pause, as the prompt connection's may not:
+        the WAL then grows without end. This one holds new writers back (a
+        prompt write meets SQLITE_BUSY and waits on a thread) until it is
+        done, or for ``_CHECKPOINT_WAIT_MS`` at most.
+        """
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = connect(self._path, self._settings)
+                self._checkpointer.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_WAIT_MS}")
+            self._checkpointer.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        except (sqlite3.Error, Database):  # asked again after the next prompt writes
+            log.debug("a WAL checkpoint of %r failed", self._path, exc_info=True)
 
     def _give_prompt_back(self, connection: sqlite3.Connection) -> None:
         self._prompt_lent = False
@@ -173,6 +234,10 @@ class ConnectionPool:
             idle, self._idle = self._idle, []
         for connection in idle:
             connection.close()
+        with self._checkpoint_gate:
+            checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.close()
         if self._prompt_thread == threading.get_ident():
             return  # closed from inside a prompt call: its release closes the connection
         with self._prompt_mode:  # a prompt call in flight finishes first (a statement)
@@ -206,7 +271,7 @@ class _PromptMode:
     def __enter__(self) -> None:
         if not self._pool._prompt_mode.acquire(blocking=False):
             raise WouldWait
-        self._pool._prompt_thread = threading.get_ident()
+        self._pool._prompt_thread = self._pool._last_prompt_thread = threading.get_ident()
 
     def __exit__(self, *exc_info: object) -> None:
         self._pool._prompt_thread = None

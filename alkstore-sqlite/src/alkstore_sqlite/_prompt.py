@@ -30,9 +30,10 @@ __all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_ROWS", "PromptCalls"]
 T = TypeVar("T")
 
 CHECKPOINT_EVERY = 256
-"""After this many prompt writes, the next one is refused: it commits on a
-pooled connection, whose commit checkpoints the WAL once it has grown (the
-prompt connection never does, and the loop's thread must not flush the disk)."""
+"""After this many prompt writes, the next one is refused and asks the pool for
+a checkpoint that restarts the WAL, which the thread the refused call goes to
+runs first (the prompt connection never checkpoints: the loop's thread must
+not copy pages or flush the disk). Until it ends, prompt writes are refused."""
 CHECKPOINT_ROWS = 2048
 """Likewise after prompt writes that changed this many rows (big batches fill
 the WAL faster than many small writes)."""
@@ -85,11 +86,14 @@ class PromptCalls:
     def _refuse_for_a_checkpoint(self) -> None:
         """Raise ``WouldWait`` when the prompt writes since the last refusal
         may have grown the WAL enough to checkpoint it."""
+        if self._pool.checkpoint_pending:
+            raise WouldWait
         self._writes_since_checkpoint += 1
         rows = self._pool.prompt_changes() - self._rows_at_checkpoint
         if self._writes_since_checkpoint > CHECKPOINT_EVERY or not 0 <= rows < CHECKPOINT_ROWS:
             self._writes_since_checkpoint = 0
             self._rows_at_checkpoint = self._pool.prompt_changes()
+            self._pool.want_checkpoint()
             raise WouldWait
 
 
