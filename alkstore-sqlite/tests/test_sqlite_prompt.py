@@ -83,7 +83,8 @@ def test_a_held_write_lock_never_blocks_the_loop(tmp_path: Path) -> None:
             stop.set()
             await ticker
             assert waited >= 0.4, "the enqueue waited for the lock"
-            assert longest_gap < 0.2, f"the loop stalled for {longest_gap:.3f} s"
+            # A stall would last the busy timeout (5 s); a loaded machine may lag 0.2 s.
+            assert longest_gap < 1.0, f"the loop stalled for {longest_gap:.3f} s"
             assert offload_threads() - before, "it waited on a thread of the store's pool"
 
     try:
@@ -160,7 +161,8 @@ def test_many_tasks_writing_without_pause_still_let_the_wal_restart(tmp_path: Pa
             assert (await store.inspect().queues())[0].ready == jobs
         return largest
 
-    assert run(body) < 16 * 2**20
+    # About 4 MB; a checkpoint that missed its 200 ms leaves the next one more.
+    assert run(body) < 32 * 2**20
 
 
 def test_a_loop_of_prompt_calls_leaves_the_loop_turns_for_other_tasks(tmp_path: Path) -> None:
@@ -187,7 +189,8 @@ def test_a_loop_of_prompt_calls_leaves_the_loop_turns_for_other_tasks(tmp_path: 
                 await stream.read_since(0, 10)
             elapsed = time.monotonic() - started
             counter.cancel()
-            assert turns >= max(1, elapsed / PROMPT_TURN_S / 2), (turns, elapsed)
+            # Without the turns it is 0; a loaded machine may pause the process.
+            assert turns >= max(1, elapsed / PROMPT_TURN_S / 10), (turns, elapsed)
             assert offload_threads() <= before
 
     run(body)
