@@ -172,16 +172,23 @@ def _time_limit(item: pytest.Item) -> float | None:
     if marker is not None and marker.args:
         limit = marker.args[0]
         return float(limit) if isinstance(limit, (int, float)) else None
+    given = _pytest_timeout_setting(item.config)
+    try:
+        return None if given is None else float(str(given))
+    except ValueError:
+        return None
+
+
+def _pytest_timeout_setting(config: pytest.Config) -> object:
+    """What the user gave pytest-timeout (``--timeout``, ``PYTEST_TIMEOUT`` or the
+    ``timeout`` ini value, in its order), or None."""
     for given in (
-        item.config.getoption("timeout", None),
+        config.getoption("timeout", None),
         os.environ.get("PYTEST_TIMEOUT"),
-        item.config.getini("timeout"),
+        config.getini("timeout"),
     ):
         if given not in (None, ""):
-            try:
-                return float(given)
-            except (TypeError, ValueError):
-                return None
+            return given
     return None
 
 
@@ -205,12 +212,7 @@ def _suite_timeout(config: pytest.Config) -> float | None:
     given: float | None = config.getoption("alkstore_test_timeout")
     if given is not None:
         return given
-    user_set = (
-        config.getoption("timeout", None) is not None
-        or os.environ.get("PYTEST_TIMEOUT")
-        or config.getini("timeout")
-    )
-    return None if user_set else DEFAULT_TEST_TIMEOUT_S
+    return None if _pytest_timeout_setting(config) is not None else DEFAULT_TEST_TIMEOUT_S
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -6,7 +6,7 @@ import sqlite3
 
 from alkstore.engine import DriverErrors
 
-__all__ = ["translate"]
+__all__ = ["met_a_lock", "translate"]
 
 
 class translate(DriverErrors):  # noqa: N801 - used like a function: `with translate(...)`
@@ -17,6 +17,20 @@ class translate(DriverErrors):  # noqa: N801 - used like a function: `with trans
 
     def describe(self, exc: BaseException) -> str:
         message = str(exc) or type(exc).__name__
-        if "locked" in message or "busy" in message:
+        if met_a_lock(exc):
             return f"{message} (another connection held the write lock past the busy timeout)"
         return message
+
+
+_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED: primary codes, the low byte of extended ones
+
+
+def met_a_lock(exc: BaseException | None) -> bool:
+    """True if ``exc`` is SQLite saying a lock was held (busy or locked)."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if code is not None:
+        return code & 0xFF in _BUSY
+    message = str(exc)
+    return "locked" in message or "busy" in message

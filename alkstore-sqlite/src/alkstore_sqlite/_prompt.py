@@ -12,12 +12,12 @@ written: the refused call then runs on a thread, from the start.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from alkstore import Database
 from alkstore.engine import WouldWait
+from alkstore_sqlite._errors import met_a_lock
 from alkstore_sqlite._lock import SQLiteLock
 from alkstore_sqlite._queue import SQLiteQueue
 from alkstore_sqlite._stream import SQLiteStream
@@ -49,8 +49,6 @@ _WRITES: frozenset[Callable[..., Any]] = frozenset({
     SQLiteLock._renew, SQLiteLock._release,
 })  # fmt: skip
 
-_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED: primary codes, the low byte of extended ones
-
 
 class PromptCalls:
     """Runs a store's short hooks on the calling thread, or refuses them."""
@@ -79,7 +77,7 @@ class PromptCalls:
             try:
                 return call(*args)
             except Database as exc:
-                if _met_a_lock(exc.__cause__):
+                if met_a_lock(exc.__cause__):
                     raise WouldWait from None
                 raise
 
@@ -89,19 +87,10 @@ class PromptCalls:
         if self._pool.checkpoint_pending:
             raise WouldWait
         self._writes_since_checkpoint += 1
-        rows = self._pool.prompt_changes() - self._rows_at_checkpoint
+        changes = self._pool.prompt_changes()
+        rows = changes - self._rows_at_checkpoint
         if self._writes_since_checkpoint > CHECKPOINT_EVERY or not 0 <= rows < CHECKPOINT_ROWS:
             self._writes_since_checkpoint = 0
-            self._rows_at_checkpoint = self._pool.prompt_changes()
+            self._rows_at_checkpoint = changes
             self._pool.want_checkpoint()
             raise WouldWait
-
-
-def _met_a_lock(cause: BaseException | None) -> bool:
-    if not isinstance(cause, sqlite3.OperationalError):
-        return False
-    code = getattr(cause, "sqlite_errorcode", None)  # Python 3.11+
-    if code is not None:
-        return code & 0xFF in _BUSY
-    message = str(cause)
-    return "locked" in message or "busy" in message
