@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -314,7 +315,9 @@ AWKWARD_SCHEMAS = ["a{now}b", 'we"ird', "with space", "ünïcödé", "{s}", "50%
 
 @pytest.fixture
 def awkward_schema(dsn: str, request: pytest.FixtureRequest) -> Iterator[str]:
-    name: str = request.param
+    """The awkward name, made this test's own: runs side by side (two Pythons of
+    the test matrix, one server) dropped each other's schema mid-test."""
+    name = f"{request.param}_{uuid.uuid4().hex[:8]}"
     yield name
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
