@@ -7,6 +7,7 @@ keeps a projection, the outbox delivers, and a schedule fires under a
 leader-elected runner.
 
     python examples/quickstart.py [TARGET]     # default: a file in a temporary folder
+    python examples/quickstart.py postgresql://user@host/db   # the same code, on PostgreSQL
 """
 
 from __future__ import annotations
@@ -25,13 +26,18 @@ def place_orders(store: alkstore.Store) -> None:
         tx.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, total REAL)")
     for order_id, total in [(1, 25.0), (2, 99.5), (3, 12.0)]:
         with store.transaction() as tx:
-            tx.execute("INSERT INTO orders (id, total) VALUES (?, ?)", (order_id, total))
+            tx.execute(
+                "INSERT INTO orders (id, total) VALUES (:id, :total)",
+                {"id": order_id, "total": total},
+            )
             tx.enqueue_tx("emails", None, {"order": order_id})
             tx.publish_tx("orders", {"order": order_id, "total": total})
             tx.outbox_enqueue_tx("webhooks", None, {"order": order_id})
     try:
         with store.transaction() as tx:
-            tx.execute("INSERT INTO orders (id, total) VALUES (?, ?)", (4, -1.0))
+            tx.execute(
+                "INSERT INTO orders (id, total) VALUES (:id, :total)", {"id": 4, "total": -1.0}
+            )
             tx.enqueue_tx("emails", None, {"order": 4})
             raise ValueError("a negative total is refused")
     except ValueError as exc:

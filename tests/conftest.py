@@ -12,6 +12,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, quote, urlsplit
 
 import psycopg
 import pytest
@@ -53,3 +54,15 @@ def dsn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     yield f"{server}{'&' if '?' in server else '?'}schema={schema}"
     with psycopg.connect(server, autocommit=True) as connection:
         connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def app_dsn(dsn: str) -> str:
+    """The store's DSN; on PostgreSQL with the store's schema as the search path, so
+    an example app's own tables go there too and are dropped with it. In the
+    default schema, runs side by side (two Pythons of the test matrix) dropped
+    each other's tables."""
+    if not dsn.startswith("postgresql"):
+        return dsn
+    (schema,) = parse_qs(urlsplit(dsn).query)["schema"]
+    return f"{dsn}&options={quote(f'-csearch_path={schema}')}"

@@ -5,23 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import parse_qs, quote, urlsplit
-
-import pytest
 
 SHOP = Path(__file__).parents[1] / "examples" / "shop" / "main.py"
-
-
-@pytest.fixture
-def shop_dsn(dsn: str) -> str:
-    """The store's DSN; on PostgreSQL with the store's schema as the search path, so
-    the shop's own tables go there too and are dropped with it. In the default
-    schema, runs side by side (two Pythons of the test matrix) dropped each
-    other's tables."""
-    if not dsn.startswith("postgresql"):
-        return dsn
-    (schema,) = parse_qs(urlsplit(dsn).query)["schema"]
-    return f"{dsn}&options={quote(f'-csearch_path={schema}')}"
 
 
 def run_shop(dsn: str) -> str:
@@ -32,8 +17,8 @@ def run_shop(dsn: str) -> str:
     return result.stdout
 
 
-def test_the_shop_runs_end_to_end_and_checks_itself(shop_dsn: str) -> None:
-    out = run_shop(shop_dsn)
+def test_the_shop_runs_end_to_end_and_checks_itself(app_dsn: str) -> None:
+    out = run_shop(app_dsn)
     assert "rolled back (card of mallory declined" in out
     assert "emails: 24 confirmations sent, 2 of them after a retry" in out
     assert "webhooks: 24 delivered through the outbox" in out
@@ -42,9 +27,9 @@ def test_the_shop_runs_end_to_end_and_checks_itself(shop_dsn: str) -> None:
     assert out.strip().endswith("all as expected")
 
 
-def test_a_second_run_on_the_same_store_carries_on(shop_dsn: str) -> None:
-    run_shop(shop_dsn)
-    out = run_shop(shop_dsn)
+def test_a_second_run_on_the_same_store_carries_on(app_dsn: str) -> None:
+    run_shop(app_dsn)
+    out = run_shop(app_dsn)
     assert "12 customers" not in out  # the same six customers, now with twice the orders
     assert "6 customers, 4,755.12 in sales, matches the orders" in out
     assert out.strip().endswith("all as expected")

@@ -8,7 +8,6 @@ reaches no hook at all. Engine behaviour is the contract suite's business.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import pytest
@@ -24,6 +23,7 @@ from alkstore.engine import (
     Job,
     JobStamp,
     Lock,
+    Params,
     Queue,
     Store,
     Stream,
@@ -203,7 +203,7 @@ class RecordingTx(TxHandle):
         self._store.calls.append(("save_offset_tx", stream, consumer, offset))
         return True
 
-    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _execute(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
         self._store.calls.append(("execute", sql, tuple(params)))
         return []
 

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from orders import (
@@ -34,7 +35,6 @@ from orders import (
     REPORTS,
     PaymentDeclined,
     create_tables,
-    execute,
     place_order,
 )
 
@@ -86,24 +86,26 @@ def drained(store: alkstore.Store) -> bool:
     return not busy and not behind and count(store, "SELECT COUNT(*) FROM shop_reports") > 0
 
 
-def count(store: alkstore.Store, sql: str, params: tuple[object, ...] = ()) -> int:
+def count(store: alkstore.Store, sql: str, params: Mapping[str, object] | None = None) -> int:
     with store.transaction() as tx:
-        return int(execute(tx, sql, params)[0][0])
+        return int(tx.execute(sql, params or {})[0][0])
 
 
 def sales_by_customer(store: alkstore.Store, sql: str) -> dict[str, tuple[int, int]]:
     with store.transaction() as tx:
-        return {row[0]: (int(row[1]), int(row[2])) for row in execute(tx, sql)}
+        return {row[0]: (int(row[1]), int(row[2])) for row in tx.execute(sql)}
 
 
 def check(store: alkstore.Store, run: str, placed: list[str]) -> list[str]:
     """Compare what the background processes did with the orders table."""
-    this_run = (f"{run}-%",)
-    emailed = count(store, "SELECT COUNT(*) FROM shop_emails WHERE order_id LIKE ?", this_run)
+    this_run = {"run": f"{run}-%"}
+    emailed = count(store, "SELECT COUNT(*) FROM shop_emails WHERE order_id LIKE :run", this_run)
     retried = count(
-        store, "SELECT COUNT(*) FROM shop_emails WHERE order_id LIKE ? AND attempts > 1", this_run
+        store,
+        "SELECT COUNT(*) FROM shop_emails WHERE order_id LIKE :run AND attempts > 1",
+        this_run,
     )
-    hooked = count(store, "SELECT COUNT(*) FROM shop_webhooks WHERE order_id LIKE ?", this_run)
+    hooked = count(store, "SELECT COUNT(*) FROM shop_webhooks WHERE order_id LIKE :run", this_run)
     projected = sales_by_customer(store, "SELECT customer, orders, total_cents FROM shop_sales")
     truth = sales_by_customer(
         store, "SELECT customer, COUNT(*), SUM(total_cents) FROM shop_orders GROUP BY customer"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 import alkstore
 from alkstore import EnqueueOpts, Job, QueueOpts, StreamEvent, TxHandle
@@ -47,30 +46,24 @@ def charge(customer: str, total_cents: int) -> None:
         raise PaymentDeclined(f"card of {customer} declined for {total_cents / 100:.2f}")
 
 
-def execute(tx: TxHandle, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    """Run business SQL written with ``?`` placeholders on either database.
-
-    Business SQL is in the database's own dialect; the placeholder style is
-    the one difference this app's SQL has between SQLite and psycopg.
-    """
-    if type(tx.connection).__module__.startswith("psycopg"):
-        sql = sql.replace("?", "%s")
-    return tx.execute(sql, params)
-
-
 def create_tables(store: alkstore.Store) -> None:
     with store.transaction() as tx:
         for statement in TABLES:
-            execute(tx, statement)
+            tx.execute(statement)
 
 
 def place_order(store: alkstore.Store, order_id: str, customer: str, total_cents: int) -> None:
     """Commit the order with its confirmation job, its event and its webhook send."""
     with store.transaction() as tx:
-        execute(
-            tx,
-            "INSERT INTO shop_orders (id, customer, total_cents, placed_at) VALUES (?, ?, ?, ?)",
-            (order_id, customer, total_cents, time.time()),
+        tx.execute(
+            "INSERT INTO shop_orders (id, customer, total_cents, placed_at) "
+            "VALUES (:id, :customer, :total_cents, :placed_at)",
+            {
+                "id": order_id,
+                "customer": customer,
+                "total_cents": total_cents,
+                "placed_at": time.time(),
+            },
         )
         order = {"id": order_id, "customer": customer, "total_cents": total_cents}
         tx.enqueue_tx(EMAILS, EnqueueOpts(priority=1 if total_cents > 10_000 else 0), order)
@@ -89,45 +82,47 @@ def send_confirmation(store: alkstore.Store, job: Job) -> None:
         raise ConnectionError("mail server busy, try later")
     with store.transaction() as tx:
         # At-least-once delivery: a repeat of an order already sent changes nothing.
-        execute(
-            tx,
-            "INSERT INTO shop_emails (order_id, attempts, sent_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (order_id) DO NOTHING",
-            (order["id"], job.attempts, time.time()),
+        tx.execute(
+            "INSERT INTO shop_emails (order_id, attempts, sent_at) "
+            "VALUES (:order_id, :attempts, :sent_at) ON CONFLICT (order_id) DO NOTHING",
+            {"order_id": order["id"], "attempts": job.attempts, "sent_at": time.time()},
         )
 
 
 def deliver_webhook(store: alkstore.Store, job: Job) -> None:
     """Tell the partner system; recorded here instead of an HTTP call."""
     with store.transaction() as tx:
-        execute(
-            tx,
-            "INSERT INTO shop_webhooks (order_id, delivered_at) VALUES (?, ?) "
+        tx.execute(
+            "INSERT INTO shop_webhooks (order_id, delivered_at) VALUES (:order_id, :at) "
             "ON CONFLICT (order_id) DO NOTHING",
-            (job.payload["order"], time.time()),
+            {"order_id": job.payload["order"], "at": time.time()},
         )
 
 
 def make_report(store: alkstore.Store, job: Job) -> None:
     """The scheduled sales report: a snapshot of the projection."""
     with store.transaction() as tx:
-        customers, total = execute(
-            tx, "SELECT COUNT(*), COALESCE(SUM(total_cents), 0) FROM shop_sales"
+        customers, total = tx.execute(
+            "SELECT COUNT(*), COALESCE(SUM(total_cents), 0) FROM shop_sales"
         )[0]
-        execute(
-            tx,
-            "INSERT INTO shop_reports (id, made_at, customers, total_cents) VALUES (?, ?, ?, ?)",
-            (uuid.uuid4().hex, time.time(), customers, total),
+        tx.execute(
+            "INSERT INTO shop_reports (id, made_at, customers, total_cents) "
+            "VALUES (:id, :made_at, :customers, :total_cents)",
+            {
+                "id": uuid.uuid4().hex,
+                "made_at": time.time(),
+                "customers": customers,
+                "total_cents": total,
+            },
         )
 
 
 def project_sale(event: StreamEvent, tx: TxHandle) -> None:
     """Keep sales per customer; runs in the transaction that saves the consumer's offset."""
     order = event.payload
-    execute(
-        tx,
-        "INSERT INTO shop_sales (customer, orders, total_cents) VALUES (?, 1, ?) "
+    tx.execute(
+        "INSERT INTO shop_sales (customer, orders, total_cents) VALUES (:customer, 1, :total) "
         "ON CONFLICT (customer) DO UPDATE SET orders = shop_sales.orders + 1, "
         "total_cents = shop_sales.total_cents + excluded.total_cents",
-        (order["customer"], order["total_cents"]),
+        {"customer": order["customer"], "total": order["total_cents"]},
     )

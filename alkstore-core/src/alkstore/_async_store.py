@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from alkstore._adopt import CallerThread, adoptable_async, on_its_thread, refused_kind
 from alkstore._async_inspect import AsyncInspector
 from alkstore._async_lock import AsyncLock
 from alkstore._async_outbox import AsyncOutbox
@@ -212,10 +213,23 @@ class AsyncStore(StoreBasics):
             yield tx
 
     async def adopt_tx(self, connection: Any) -> AsyncTxHandle:
-        """Write ``*_tx`` side effects through the caller's own open connection
-        (see ``Store.adopt_tx``); the caller's commit or rollback decides them."""
+        """Write ``*_tx`` side effects through the caller's own open transaction
+        (see ``Store.adopt_tx``); the caller's commit or rollback decides them.
+
+        Accepts what ``Store.adopt_tx`` does and the asyncio kinds: a
+        ``psycopg.AsyncConnection`` or ``aiosqlite.Connection``, an SQLAlchemy
+        ``AsyncConnection`` or ``AsyncSession``. A sync connection is used
+        on the calling thread, where its caller uses it; an aiosqlite one on
+        aiosqlite's own thread.
+        """
         self._check_open()
-        return await self._adopt_tx(connection)
+        found = await adoptable_async(connection)
+        try:
+            tx = await self._adopt_tx(found.connection)
+        except TypeError as exc:
+            raise refused_kind(exc, found) from None
+        tx.owner, tx.catch_up = found.owner, found.catch_up
+        return tx
 
     # Inspection
 
@@ -328,11 +342,17 @@ class AsyncStore(StoreBasics):
         return AsyncTxHandle(self, twin, lane)
 
     async def _adopt_tx(self, connection: Any) -> AsyncTxHandle:
-        """Adopt the caller's connection. A sync connection is used where the
+        """Adopt the caller's driver connection. A sync one is used where the
         caller uses it, on the calling thread: the caller's driver may forbid
-        any other (sqlite3 does)."""
+        any other (sqlite3 does). An aiosqlite one, on the thread aiosqlite
+        runs its sqlite3 connection on."""
         companion = await self._companion()
-        return AsyncTxHandle(self, companion.adopt_tx(connection))
+        threaded = on_its_thread(connection)
+        if threaded is None:
+            return AsyncTxHandle(self, companion.adopt_tx(connection))
+        driver_connection, run_there = threaded
+        twin = await run_there(companion.adopt_tx, driver_connection)
+        return AsyncTxHandle(self, twin, CallerThread(run_there))
 
     def _inspect(self) -> AsyncInspector:
         return AsyncInspector(self)

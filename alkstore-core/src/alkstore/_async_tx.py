@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from alkstore._codec import encode
 from alkstore._errors import Closed, Database
 from alkstore._names import check_identifier, check_name, outbox_queue_name
-from alkstore._offload import Lane
 from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
+from alkstore._params import Paramstyle, portable_params
 from alkstore._stamp import JobStamp, stamp_job
 from alkstore._stream import check_key, check_offset
 from alkstore._tx import (
     ENDED_BEHIND_ITS_BACK,
     ENDED_BY_ITS_CALLER,
+    Params,
     TxHandle,
     TxState,
     check_sql,
+    refuse_owned_end,
 )
 
 if TYPE_CHECKING:
@@ -31,6 +33,15 @@ __all__ = ["AsyncTxHandle"]
 T = TypeVar("T")
 
 log = logging.getLogger("alkstore")
+
+
+class TwinLane(Protocol):
+    """Where the twin's sync calls run: one of core's threads (``Lane``), or
+    the thread an adopted driver owns."""
+
+    def run(self, call: Callable[..., T], *args: Any) -> Awaitable[T]: ...
+
+    def close(self) -> None: ...
 
 
 class AsyncTxHandle:
@@ -45,10 +56,25 @@ class AsyncTxHandle:
     ``connection``); the defaults run the hooks of a sync handle of the
     store's companion (the *twin*), one after another on the store's threads,
     or on the calling thread for an adopted connection the caller uses there.
+
+    A handle adopted from a framework (an SQLAlchemy ``AsyncSession``…)
+    leaves the ending to it: ``commit`` and ``rollback`` raise
+    ``RuntimeError``, and leaving an ``async with`` block does nothing.
     """
 
+    paramstyle: ClassVar[Paramstyle | None] = None
+    """The driver's DB-API paramstyle for portable ``:name`` SQL (see
+    ``TxHandle.paramstyle``); None: the twin's. Native engines set it."""
+
+    owner: str | None = None
+    """The framework whose transaction this handle adopted (it commits), or None."""
+
+    catch_up: Callable[[], Awaitable[object]] | None = None
+    """Run before each write of an adopted handle: lets the framework send what
+    it defers (an ``AsyncSession`` begins a ``begin_nested()`` SAVEPOINT lazily)."""
+
     def __init__(
-        self, store: AsyncStore, twin: TxHandle | None = None, lane: Lane | None = None
+        self, store: AsyncStore, twin: TxHandle | None = None, lane: TwinLane | None = None
     ) -> None:
         """``twin`` and ``lane`` are for core's defaults: the sync handle, and the
         thread its calls run on (None: on the calling thread)."""
@@ -66,25 +92,25 @@ class AsyncTxHandle:
 
     async def enqueue_tx(self, queue: str, opts: EnqueueOpts | None, payload: object) -> int:
         """Enqueue a job in this transaction; return its id (see ``TxHandle.enqueue_tx``)."""
-        self._check_active()
+        await self._check_writable()
         queue = check_name(queue, "queue")
         stamp = stamp_job(self._store._declared_queue_opts(queue), opts)
         return await self._enqueue_tx(queue, stamp, encode(payload))
 
     async def publish_tx(self, stream: str, payload: object) -> int:
         """Publish an event in this transaction; return its offset."""
-        self._check_active()
+        await self._check_writable()
         return await self._publish_tx(check_name(stream, "stream"), None, encode(payload))
 
     async def publish_with_key_tx(self, stream: str, key: str, payload: object) -> int:
         """Publish a keyed event in this transaction; return its offset."""
-        self._check_active()
+        await self._check_writable()
         stream = check_name(stream, "stream")
         return await self._publish_tx(stream, check_key(key), encode(payload))
 
     async def notify_tx(self, channel: str, payload: object) -> None:
         """Notify ``channel`` when (and only if) this transaction commits."""
-        self._check_active()
+        await self._check_writable()
         channel = check_name(channel, "channel")
         await self._notify_tx(channel, self._store._check_notify_payload(encode(payload)))
 
@@ -94,7 +120,7 @@ class AsyncTxHandle:
         Raises:
             ValueError: ``offset`` is past the stream's head, as this transaction sees it.
         """
-        self._check_active()
+        await self._check_writable()
         stream = check_name(stream, "stream")
         consumer = check_identifier(consumer, "consumer name")
         offset = check_offset(offset)
@@ -104,23 +130,38 @@ class AsyncTxHandle:
         self, outbox: str, opts: EnqueueOpts | None, payload: object
     ) -> int:
         """Put a send into ``outbox`` in this transaction; return its job id."""
-        self._check_active()
+        await self._check_writable()
         outbox = check_name(outbox, "outbox")
         stamp = stamp_job(OUTBOX_QUEUE_OPTS, opts)
         return await self._enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
 
-    async def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    async def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run the business write ``sql`` (the engine's dialect) in this transaction;
-        return the rows it produced."""
-        self._check_active()
-        return await self._execute(check_sql(sql), params)
+        return the rows it produced. ``:name`` with a mapping is portable (see
+        ``TxHandle.execute``)."""
+        await self._check_writable()
+        style = self.paramstyle or self._twin().paramstyle
+        sql, params = portable_params(check_sql(sql), params, style)
+        return await self._execute(sql, params)
 
     async def commit(self) -> None:
-        """Commit the business write and every side effect together; ends the handle."""
+        """Commit the business write and every side effect together; ends the handle.
+
+        Raises:
+            RuntimeError: a framework owns this transaction (see :attr:`owner`).
+        """
+        if self.owner is not None:
+            raise refuse_owned_end(self.owner, "commit")
         await self._finish(self._commit, TxState.COMMITTED)
 
     async def rollback(self) -> None:
-        """Drop the business write and every side effect; ends the handle."""
+        """Drop the business write and every side effect; ends the handle.
+
+        Raises:
+            RuntimeError: a framework owns this transaction (see :attr:`owner`).
+        """
+        if self.owner is not None:
+            raise refuse_owned_end(self.owner, "roll back")
         await self._finish(self._rollback, TxState.ROLLED_BACK)
 
     async def _finish(self, hook: Callable[[], Awaitable[None]], ended: TxState) -> None:
@@ -181,7 +222,7 @@ class AsyncTxHandle:
         if self._rolled_back_by_close and exc_type is None:
             # The block ran to its end, but nothing of it was committed: say so.
             raise Closed(f"{self._store!r} closed and rolled this transaction back")
-        if not self.active:
+        if not self.active or self.owner is not None:
             return
         if exc_type is None:
             await self.commit()
@@ -190,7 +231,13 @@ class AsyncTxHandle:
             await asyncio.shield(self.rollback())
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.state.value}>"
+        owned = "" if self.owner is None else f", in {self.owner}'s transaction"
+        return f"<{type(self).__name__} {self.state.value}{owned}>"
+
+    async def _check_writable(self) -> None:
+        self._check_active()
+        if self.catch_up is not None:
+            await self.catch_up()
 
     def _check_active(self) -> None:
         self._store._check_open()  # first: closing the store also rolled us back
@@ -217,7 +264,7 @@ class AsyncTxHandle:
     async def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
         return await self._on_twin(self._twin()._save_offset_tx, stream, consumer, offset)
 
-    async def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async def _execute(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
         return await self._on_twin(self._twin()._execute, sql, params)
 
     async def _commit(self) -> None:

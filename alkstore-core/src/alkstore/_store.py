@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from alkstore._adopt import adoptable, refused_kind
 from alkstore._capabilities import Capabilities
 from alkstore._codec import encode
 from alkstore._errors import Closed
@@ -218,13 +219,33 @@ class Store(StoreBasics, abc.ABC):
             yield tx
 
     def adopt_tx(self, connection: Any) -> TxHandle:
-        """Write ``*_tx`` side effects through the caller's own open driver connection.
+        """Write ``*_tx`` side effects through the caller's own open transaction.
 
-        The caller owns the transaction: its commit or rollback decides the
-        side effects too.
+        ``connection`` is what the application holds: a driver connection
+        (``sqlite3.Connection``, ``psycopg.Connection``), an SQLAlchemy
+        ``Connection`` or ``Session``, or Django's ``django.db.connection``
+        inside ``transaction.atomic()``. The caller owns the transaction: its
+        commit or rollback decides the side effects too, savepoints included
+        (rolling one back drops what was written inside it). Outside one, a
+        driver connection begins a transaction (its caller commits it, or
+        ``tx.commit()`` does); an SQLAlchemy connection begins one as its
+        autobegin would. A framework's handle leaves commit and rollback to
+        the framework (``tx.commit()`` raises ``RuntimeError``).
+
+        Raises:
+            TypeError: ``connection`` is none of these, or the engine's
+                driver does not match (the message lists what is accepted).
+            ValueError: the connection reaches other storage than this
+                store's, or Django's connection is not in a transaction.
         """
         self._check_open()
-        return self._adopt_tx(connection)
+        found = adoptable(connection)
+        try:
+            tx = self._adopt_tx(found.connection)
+        except TypeError as exc:
+            raise refused_kind(exc, found) from None
+        tx.owner, tx.catch_up = found.owner, found.catch_up
+        return tx
 
     # Inspection
 

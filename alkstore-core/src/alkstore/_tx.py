@@ -6,21 +6,34 @@ import abc
 import enum
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from alkstore._codec import encode
 from alkstore._errors import Closed, Database
 from alkstore._names import check_identifier, check_name, outbox_queue_name
 from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
+from alkstore._params import Paramstyle, portable_params
 from alkstore._stamp import JobStamp, stamp_job
 from alkstore._stream import check_key, check_offset
 
 if TYPE_CHECKING:
     from alkstore._store import Store
 
-__all__ = ["ENDED_BEHIND_ITS_BACK", "ENDED_BY_ITS_CALLER", "TxHandle", "TxState", "check_sql"]
+__all__ = [
+    "ENDED_BEHIND_ITS_BACK",
+    "ENDED_BY_ITS_CALLER",
+    "Params",
+    "TxHandle",
+    "TxState",
+    "check_sql",
+    "refuse_owned_end",
+]
+
+Params = Sequence[Any] | Mapping[str, Any]
+"""What ``tx.execute`` takes: a mapping for ``:name`` (portable), or the
+engine's native parameters."""
 
 log = logging.getLogger("alkstore")
 
@@ -34,6 +47,14 @@ ENDED_BY_ITS_CALLER = (
     "the caller's transaction this handle adopted has ended (committed or rolled "
     "back through its connection); the handle is closed and writes nothing more"
 )
+
+
+def refuse_owned_end(owner: str, verb: str) -> RuntimeError:
+    """The error for ``commit``/``rollback`` on a handle whose transaction a framework owns."""
+    return RuntimeError(
+        f"this transaction belongs to {owner}: {verb} it there, not through the "
+        "alkstore handle (which would end it behind the framework's back)"
+    )
 
 
 def check_sql(sql: object) -> str:
@@ -67,7 +88,22 @@ class TxHandle(abc.ABC):
     ``tx.connection.commit()``) is refused: the engine raises
     :class:`~alkstore.Database` at the next call, ``commit`` and ``rollback``
     included, and writes nothing more through the handle.
+
+    A handle adopted from a framework (an SQLAlchemy ``Session``, Django's
+    ``atomic()``) leaves the ending to it: ``commit`` and ``rollback`` raise
+    ``RuntimeError``, and leaving a ``with`` block does nothing.
     """
+
+    paramstyle: ClassVar[Paramstyle] = "named"
+    """The driver's DB-API paramstyle: portable ``:name`` SQL given to
+    :meth:`execute` is rewritten into it (engines set it; contract 1.3)."""
+
+    owner: str | None = None
+    """The framework whose transaction this handle adopted (it commits), or None."""
+
+    catch_up: Callable[[], object] | None = None
+    """Run before each write of an adopted handle: lets the framework send what
+    it defers (a ``Session`` begins a ``begin_nested()`` SAVEPOINT lazily)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -86,25 +122,25 @@ class TxHandle(abc.ABC):
         The job is stamped with the QueueOpts that ``store.queue(queue, opts)``
         last declared in this Store, else the defaults.
         """
-        self._check_active()
+        self._check_writable()
         queue = check_name(queue, "queue")
         stamp = stamp_job(self._store._declared_queue_opts(queue), opts)
         return self._enqueue_tx(queue, stamp, encode(payload))
 
     def publish_tx(self, stream: str, payload: object) -> int:
         """Publish an event in this transaction; return its offset."""
-        self._check_active()
+        self._check_writable()
         return self._publish_tx(check_name(stream, "stream"), None, encode(payload))
 
     def publish_with_key_tx(self, stream: str, key: str, payload: object) -> int:
         """Publish a keyed event in this transaction; return its offset."""
-        self._check_active()
+        self._check_writable()
         stream = check_name(stream, "stream")
         return self._publish_tx(stream, check_key(key), encode(payload))
 
     def notify_tx(self, channel: str, payload: object) -> None:
         """Notify ``channel`` when (and only if) this transaction commits."""
-        self._check_active()
+        self._check_writable()
         channel = check_name(channel, "channel")
         self._notify_tx(channel, self._store._check_notify_payload(encode(payload)))
 
@@ -115,7 +151,7 @@ class TxHandle(abc.ABC):
             ValueError: ``offset`` is past the stream's head, as this
                 transaction sees it.
         """
-        self._check_active()
+        self._check_writable()
         stream = check_name(stream, "stream")
         consumer = check_identifier(consumer, "consumer name")
         offset = check_offset(offset)
@@ -127,18 +163,26 @@ class TxHandle(abc.ABC):
         Takes the outbox name; the backing queue ``__alkstore_outbox:{outbox}``
         is derived here, and is reachable no other way.
         """
-        self._check_active()
+        self._check_writable()
         outbox = check_name(outbox, "outbox")
         stamp = stamp_job(OUTBOX_QUEUE_OPTS, opts)
         return self._enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run the business write ``sql`` (the engine's dialect) in this transaction.
 
-        Returns the rows it produced (empty for statements without rows).
+        ``:name`` parameters with a mapping run unchanged on every engine
+        (``tx.execute("INSERT INTO orders VALUES (:id, :total)", {"id": 1,
+        "total": 2.5})``); a sequence, or a mapping with the driver's own
+        named style, is passed to the driver as it is. Returns the rows the
+        statement produced (empty for statements without rows).
+
+        Raises:
+            ValueError: the SQL names a ``:name`` that ``params`` lacks.
         """
-        self._check_active()
-        return self._execute(check_sql(sql), params)
+        self._check_writable()
+        sql, params = portable_params(check_sql(sql), params, self.paramstyle)
+        return self._execute(sql, params)
 
     @property
     @abc.abstractmethod
@@ -146,11 +190,23 @@ class TxHandle(abc.ABC):
         """The driver connection this transaction runs on."""
 
     def commit(self) -> None:
-        """Commit the business write and every side effect together; ends the handle."""
+        """Commit the business write and every side effect together; ends the handle.
+
+        Raises:
+            RuntimeError: a framework owns this transaction (see :attr:`owner`).
+        """
+        if self.owner is not None:
+            raise refuse_owned_end(self.owner, "commit")
         self._finish(self._commit, TxState.COMMITTED)
 
     def rollback(self) -> None:
-        """Drop the business write and every side effect; ends the handle."""
+        """Drop the business write and every side effect; ends the handle.
+
+        Raises:
+            RuntimeError: a framework owns this transaction (see :attr:`owner`).
+        """
+        if self.owner is not None:
+            raise refuse_owned_end(self.owner, "roll back")
         self._finish(self._rollback, TxState.ROLLED_BACK)
 
     def _finish(self, hook: Callable[[], None], ended: TxState) -> None:
@@ -205,7 +261,7 @@ class TxHandle(abc.ABC):
         if self._rolled_back_by_close and exc_type is None:
             # The block ran to its end, but nothing of it was committed: say so.
             raise Closed(f"{self._store!r} closed and rolled this transaction back")
-        if not self.active:
+        if not self.active or self.owner is not None:
             return
         if exc_type is None:
             self.commit()
@@ -213,7 +269,13 @@ class TxHandle(abc.ABC):
             self.rollback()
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.state.value}>"
+        owned = "" if self.owner is None else f", in {self.owner}'s transaction"
+        return f"<{type(self).__name__} {self.state.value}{owned}>"
+
+    def _check_writable(self) -> None:
+        self._check_active()
+        if self.catch_up is not None:
+            self.catch_up()
 
     def _check_active(self) -> None:
         self._store._check_open()  # first: closing the store also rolled us back
@@ -239,8 +301,9 @@ class TxHandle(abc.ABC):
         """Raise the consumer's offset in this transaction; True if it moved."""
 
     @abc.abstractmethod
-    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """Run caller SQL in this transaction and fetch its rows."""
+    def _execute(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
+        """Run caller SQL (in the driver's :attr:`paramstyle`) in this transaction
+        and fetch its rows."""
 
     @abc.abstractmethod
     def _commit(self) -> None:

@@ -64,7 +64,7 @@ from alkstore._stamp import JobStamp
 from alkstore._store import Store
 from alkstore._stream import Stream, offset_past_head
 from alkstore._translate import DriverErrors
-from alkstore._tx import TxHandle
+from alkstore._tx import Params, TxHandle
 
 __all__ = [
     "CONTRACT_VERSION",
@@ -89,6 +89,7 @@ __all__ = [
     "Job",
     "JobStamp",
     "Lock",
+    "Params",
     "PlacedSchedule",
     "PollingWatcher",
     "Queue",
@@ -238,6 +239,10 @@ class TestProvider(abc.ABC):
     scheduler_lease_s: ClassVar[float | None] = None
     """The scheduler leader lease (TTL) the provider's targets are opened with;
     the suite's scheduler tests need one of a second or less to stay fast."""
+
+    speaks_sql: ClassVar[bool] = False
+    """Whether ``tx.execute`` runs SQL (``SELECT :a, 'text'`` at least): the
+    portable-parameter tests run only where it does."""
 
     def write_business_row(self, tx: TxHandle, key: str) -> None:
         """Write one business row identified by ``key`` with ``tx.execute``, in the

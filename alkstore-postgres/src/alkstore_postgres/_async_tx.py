@@ -15,13 +15,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 import psycopg_pool
 
-from alkstore.engine import AsyncTxHandle, JobStamp
+from alkstore.engine import AsyncTxHandle, JobStamp, Params
 from alkstore_postgres._errors import translate
 from alkstore_postgres._plan import Operation, Plan, Statement, opening, run_steps, run_steps_async
 from alkstore_postgres._tx_plans import TxPlans
@@ -37,6 +36,8 @@ T = TypeVar("T")
 class PostgresAsyncTx(AsyncTxHandle):
     """An open transaction. Notifies sent in it are delivered at commit only,
     by PostgreSQL itself."""
+
+    paramstyle = "pyformat"  # psycopg: %(name)s
 
     _store: PostgresAsyncStore
 
@@ -62,7 +63,8 @@ class PostgresAsyncTx(AsyncTxHandle):
         )
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.state.value}, {self._plans.describe()}>"
+        owned = "" if self.owner is None else f", in {self.owner}'s transaction"
+        return f"<{type(self).__name__} {self.state.value}, {self._plans.describe()}{owned}>"
 
     @property
     def schema(self) -> str:
@@ -100,7 +102,7 @@ class PostgresAsyncTx(AsyncTxHandle):
         await self._check_still_open()
         return await self._run(self._plans.save_offset(stream, consumer, offset))
 
-    async def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async def _execute(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
         await self._check_still_open()
         rows = await self._run(self._plans.execute(sql, params))
         await self._check_still_open()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
-from alkstore.engine import JobStamp, TxHandle
+from alkstore.engine import JobStamp, Params, TxHandle
 from alkstore_postgres._errors import translate
 from alkstore_postgres._plan import Plan, opening, run_steps
 from alkstore_postgres._tx_plans import TxPlans
@@ -25,6 +25,8 @@ T = TypeVar("T")
 class PostgresTx(TxHandle):
     """An open transaction. Notifies sent in it are delivered at commit only,
     by PostgreSQL itself. What goes out when: see ``_tx_plans``."""
+
+    paramstyle = "pyformat"  # psycopg: %(name)s
 
     _store: PostgresStore
 
@@ -47,7 +49,8 @@ class PostgresTx(TxHandle):
         )
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.state.value}, {self._plans.describe()}>"
+        owned = "" if self.owner is None else f", in {self.owner}'s transaction"
+        return f"<{type(self).__name__} {self.state.value}, {self._plans.describe()}{owned}>"
 
     @property
     def schema(self) -> str:
@@ -81,7 +84,7 @@ class PostgresTx(TxHandle):
         self._check_still_open()
         return self._run(self._plans.save_offset(stream, consumer, offset))
 
-    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _execute(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
         self._check_still_open()
         rows = self._run(self._plans.execute(sql, params))
         self._check_still_open()

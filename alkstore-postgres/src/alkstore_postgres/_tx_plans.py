@@ -14,12 +14,11 @@ holds nothing back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
-from alkstore.engine import JobStamp
+from alkstore.engine import JobStamp, Params
 from alkstore_postgres._event_buffer import EventBuffer
 from alkstore_postgres._job_buffer import JobBuffer, JobIds
 from alkstore_postgres._plan import Fetch, Operation, Pipeline, Plan, Statement, Step
@@ -145,7 +144,7 @@ class TxPlans:
         yield Operation(f"save offset of {consumer!r}")
         return (yield from self._with_pending(raise_offset(self._sql, stream, consumer, offset)))
 
-    def execute(self, sql: str, params: Sequence[Any]) -> Plan[list[tuple[Any, ...]]]:
+    def execute(self, sql: str, params: Params) -> Plan[list[tuple[Any, ...]]]:
         yield Operation("execute")
         rows = yield from self._with_pending(_one(Statement(sql, params, Fetch.ROWS_IF_ANY)))
         self._forget_heads()

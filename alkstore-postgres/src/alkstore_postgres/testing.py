@@ -43,6 +43,8 @@ would be no test of an engine that commits on DDL (MariaDB, MySQL)."""
 class PostgresTestProvider(TestProvider):
     """Each target is a new schema on one server; dropped afterwards."""
 
+    speaks_sql = True
+
     option_help: ClassVar[Mapping[str, str]] = {"dsn": "the PostgreSQL server to test against"}
     scheduler_lease_s = 0.6
 

@@ -6,10 +6,9 @@ import contextlib
 import sqlite3
 import time
 import weakref
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from alkstore.engine import JobStamp, TxHandle
+from alkstore.engine import JobStamp, Params, TxHandle
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._queue import insert_job, job_row
@@ -26,6 +25,7 @@ class SQLiteTx(TxHandle):
     the start, so it never fails later on upgrading a read lock."""
 
     _store: SQLiteStore
+    paramstyle = "named"  # sqlite3 reads :name itself
 
     def __init__(self, store: SQLiteStore, connection: sqlite3.Connection, *, owned: bool) -> None:
         super().__init__(store)
@@ -84,7 +84,7 @@ class SQLiteTx(TxHandle):
         with translate(f"save offset of {consumer!r}"):
             return raise_offset(self._connection, stream, consumer, offset)
 
-    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _execute(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
         self._check_still_open()
         self._send_jobs()
         with translate("execute"):

@@ -23,6 +23,8 @@ _BUSINESS_TABLE = "CREATE TABLE business (key TEXT NOT NULL)"
 class SQLiteTestProvider(TestProvider):
     """Each target is a new file in its own temporary folder."""
 
+    speaks_sql = True
+
     def __init__(self, engine: Engine, options: Mapping[str, str]) -> None:
         super().__init__(engine, options)
         self._root = Path(tempfile.mkdtemp(prefix="alkstore-sqlite-tests-"))

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -49,6 +49,7 @@ from alkstore.engine import (
     Job,
     JobStamp,
     Lock,
+    Params,
     PlacedSchedule,
     Queue,
     Store,
@@ -268,7 +269,7 @@ class MemoryTx(TxHandle):
         pending.writes.append(lambda: self.db.offsets.__setitem__(key, offset))
         return True
 
-    def _execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _execute(self, sql: str, params: Params) -> list[tuple[Any, ...]]:
         """A small dialect: ``INSERT`` (one key), ``SELECT`` (committed keys) and
         ``COMMIT``, which ends the transaction behind the handle's back: it is
         refused from then on, as every engine must."""
@@ -277,7 +278,7 @@ class MemoryTx(TxHandle):
             self._connection.commit()
             raise self._ended_by_its_caller() if self.adopted else self._ended_elsewhere()
         if sql == "INSERT":
-            key = str(params[0])
+            key = str(next(iter(params.values() if isinstance(params, Mapping) else params)))
             self._connection.writes.append(lambda: self.db.business.add(key))
             return []
         if sql == "SELECT":
