@@ -1,0 +1,1 @@
+"""The orders app: an order and its confirmation job commit together, a worker confirms it."""
