@@ -47,3 +47,30 @@ def test_what_is_not_accepted_is_told_what_is(tmp_path: Path) -> None:
         pytest.raises(TypeError, match="SQLAlchemy Connection or Session"),
     ):
         store.adopt_tx("app.db")
+
+
+def test_a_sync_sqlalchemy_session_serves_the_async_api_with_its_savepoints(
+    tmp_path: Path,
+) -> None:
+    import sqlalchemy
+    from sqlalchemy.orm import Session
+
+    path = str(tmp_path / "app.db")
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+
+    async def scenario() -> list[object]:
+        async with alkstore.open_async(path) as store:
+            with Session(engine) as session:
+                tx = await store.adopt_tx(session)
+                await tx.enqueue_tx("emails", None, "outer")
+                nested = session.begin_nested()
+                await tx.enqueue_tx("emails", None, "inner")
+                nested.rollback()
+                session.commit()
+            jobs = await store.queue("emails").claim_batch("w", 10)
+            return [job.payload for job in jobs]
+
+    try:
+        assert asyncio.run(scenario()) == ["outer"]
+    finally:
+        engine.dispose()

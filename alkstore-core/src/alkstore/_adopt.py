@@ -45,9 +45,11 @@ class Adoptable:
     """The framework that commits (``"SQLAlchemy Session"``…); None for a bare
     driver connection, which the handle's ``commit()`` may end."""
     catch_up: Callable[[], Any] | None = None
-    """What to call before each write: a Session's ``connection()`` emits the
-    SAVEPOINT of a ``begin_nested()`` it began lazily (a coroutine function
-    for the async API)."""
+    """What to call before each write (a coroutine function for the async
+    API): False once the framework's transaction the handle adopted is over;
+    else it lets the framework send what it defers — a Session's
+    ``connection()`` emits the SAVEPOINT of a ``begin_nested()`` it began
+    lazily — and returns True."""
 
 
 # (module prefix, class name) of what is unwrapped, found anywhere in the MRO.
@@ -85,9 +87,8 @@ def adoptable(holder: object) -> Adoptable:
     """
     if _is(holder, _SQLALCHEMY_SESSION):
         session: Any = holder
-        return Adoptable(
-            _sqlalchemy_driver(session.connection()), "SQLAlchemy Session", session.connection
-        )
+        driver = _sqlalchemy_driver(session.connection())
+        return Adoptable(driver, "SQLAlchemy Session", _session_catch_up(session))
     if _is(holder, _SQLALCHEMY_CONNECTION):
         return Adoptable(_sqlalchemy_driver(holder), "SQLAlchemy Connection")
     if _is(holder, _DJANGO_CONNECTION):
@@ -106,12 +107,51 @@ async def adoptable_async(holder: object) -> Adoptable:
     if _is(holder, _SQLALCHEMY_ASYNC_SESSION):
         session: Any = holder
         driver = await _sqlalchemy_async_driver(await session.connection())
-        return Adoptable(driver, "SQLAlchemy AsyncSession", session.connection)
+        return Adoptable(driver, "SQLAlchemy AsyncSession", _async_session_catch_up(session))
     if _is(holder, _SQLALCHEMY_ASYNC_CONNECTION):
         return Adoptable(await _sqlalchemy_async_driver(holder), "SQLAlchemy AsyncConnection")
     if _is(holder, _AIOSQLITE) or _is(holder, _PSYCOPG_ASYNC):
         return Adoptable(holder, None)
-    return adoptable(holder)
+    found = adoptable(holder)
+    sync_catch_up = found.catch_up
+    if sync_catch_up is None:
+        return found
+
+    async def catch_up() -> bool:  # a sync Session, used on the calling thread
+        return bool(sync_catch_up())
+
+    return dataclasses.replace(found, catch_up=catch_up)
+
+
+def _session_catch_up(session: Any) -> Callable[[], bool]:
+    """The catch-up of a handle adopted from ``session`` (see ``Adoptable``).
+
+    Checked first, so that a write after the session's commit or rollback
+    is refused rather than autobegin a next transaction it would land in
+    (with SQLAlchemy's SQLite SAVEPOINT recipe, that one emits ``BEGIN``).
+    """
+    adopted = session.get_transaction()
+
+    def catch_up() -> bool:
+        if session.get_transaction() is not adopted:
+            return False
+        session.connection()
+        return True
+
+    return catch_up
+
+
+def _async_session_catch_up(session: Any) -> Callable[[], Awaitable[bool]]:
+    sync_session = session.sync_session
+    adopted = sync_session.get_transaction()
+
+    async def catch_up() -> bool:
+        if sync_session.get_transaction() is not adopted:
+            return False
+        await session.connection()
+        return True
+
+    return catch_up
 
 
 def _sqlalchemy_driver(connection: Any) -> Any:

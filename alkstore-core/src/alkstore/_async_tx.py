@@ -69,9 +69,11 @@ class AsyncTxHandle:
     owner: str | None = None
     """The framework whose transaction this handle adopted (it commits), or None."""
 
-    catch_up: Callable[[], Awaitable[object]] | None = None
-    """Run before each write of an adopted handle: lets the framework send what
-    it defers (an ``AsyncSession`` begins a ``begin_nested()`` SAVEPOINT lazily)."""
+    catch_up: Callable[[], Awaitable[bool]] | None = None
+    """Run before each write of an adopted handle: False once the framework's
+    transaction is over (the handle then ends); else lets the framework send
+    what it defers (an ``AsyncSession`` begins a ``begin_nested()`` SAVEPOINT
+    lazily)."""
 
     def __init__(
         self, store: AsyncStore, twin: TxHandle | None = None, lane: TwinLane | None = None
@@ -236,8 +238,8 @@ class AsyncTxHandle:
 
     async def _check_writable(self) -> None:
         self._check_active()
-        if self.catch_up is not None:
-            await self.catch_up()
+        if self.catch_up is not None and not await self.catch_up():
+            raise self._ended_by_its_caller()
 
     def _check_active(self) -> None:
         self._store._check_open()  # first: closing the store also rolled us back

@@ -101,9 +101,10 @@ class TxHandle(abc.ABC):
     owner: str | None = None
     """The framework whose transaction this handle adopted (it commits), or None."""
 
-    catch_up: Callable[[], object] | None = None
-    """Run before each write of an adopted handle: lets the framework send what
-    it defers (a ``Session`` begins a ``begin_nested()`` SAVEPOINT lazily)."""
+    catch_up: Callable[[], bool] | None = None
+    """Run before each write of an adopted handle: False once the framework's
+    transaction is over (the handle then ends); else lets the framework send
+    what it defers (a ``Session`` begins a ``begin_nested()`` SAVEPOINT lazily)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
@@ -274,8 +275,8 @@ class TxHandle(abc.ABC):
 
     def _check_writable(self) -> None:
         self._check_active()
-        if self.catch_up is not None:
-            self.catch_up()
+        if self.catch_up is not None and not self.catch_up():
+            raise self._ended_by_its_caller()
 
     def _check_active(self) -> None:
         self._store._check_open()  # first: closing the store also rolled us back
