@@ -1,10 +1,11 @@
 """A small web service on alkstore's asyncio API: orders in, confirmations out.
 
-``POST /orders`` writes the order row and enqueues its confirmation job in one
-transaction: both commit, or (a declined card) neither does. A worker on the
-same store runs an async handler for each job, which marks the order
-confirmed. ``GET /orders/{id}`` reads an order's state, ``GET /stats`` the
-queue's.
+``POST /orders`` writes the order row with SQLAlchemy's ``AsyncSession`` and
+enqueues its confirmation job in the session's transaction (``await
+store.adopt_tx(session)``): both commit, or (a declined card) neither does. A
+worker on the same store runs an async handler for each job, which marks the
+order confirmed through SQLAlchemy. ``GET /orders/{id}`` reads an order's
+state, ``GET /stats`` the queue's.
 
     ALKSTORE_TARGET=orders.db uvicorn orders_service:app            # web + worker, one process
     ALKSTORE_TARGET=postgresql://app@db/app uvicorn orders_service:app
@@ -26,9 +27,13 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from sqlalchemy import URL, Double, Text, update
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -41,47 +46,65 @@ CONFIRMATION_QUEUE = alkstore.QueueOpts(visibility_timeout_s=60, max_attempts=5,
 CARD_LIMIT_CENTS = 1_000_000
 """Orders above this are declined by the (pretend) payment provider."""
 
-TABLE = """CREATE TABLE IF NOT EXISTS service_orders (
-    id TEXT PRIMARY KEY,
-    customer TEXT NOT NULL,
-    total_cents INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    placed_at DOUBLE PRECISION NOT NULL,
-    confirmed_at DOUBLE PRECISION)"""
+ALKSTORE_OPTIONS = frozenset(
+    {"schema", "pool_min_size", "pool_max_size", "connect_timeout_s", "scheduler_lease_s"}
+)
+"""alkstore's own DSN query parameters on PostgreSQL: libpq knows none of them."""
+
+Sessions = async_sessionmaker[AsyncSession]
 
 
-# Business SQL on either database
+# The business table, in SQLAlchemy
 
 
-@dataclass(frozen=True)
-class Placeholders:
-    """The one difference this service's SQL has between SQLite and PostgreSQL.
+class Base(DeclarativeBase):
+    pass
 
-    ``tx.execute`` takes the driver's own placeholders today: ``?`` for
-    sqlite3, ``%s`` for psycopg. The SQL below is written with ``?`` and
-    adapted once per statement; when alkstore's portable ``:name``
-    parameters arrive this class goes away.
+
+class ServiceOrder(Base):
+    __tablename__ = "service_orders"
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    customer: Mapped[str] = mapped_column(Text)
+    total_cents: Mapped[int]
+    status: Mapped[str] = mapped_column(Text)
+    placed_at: Mapped[float] = mapped_column(Double)
+    confirmed_at: Mapped[float | None] = mapped_column(Double)
+
+
+def sqlalchemy_url(target: str) -> URL:
+    """SQLAlchemy's URL for alkstore's ``target``: the same database, async drivers.
+
+    ``adopt_tx`` writes alkstore's rows through SQLAlchemy's connection, so
+    both must reach the same storage (else it raises ``ValueError``). A
+    SQLite path becomes ``sqlite+aiosqlite:////absolute/path``; a PostgreSQL
+    DSN gets psycopg (async under ``create_async_engine``) and loses alkstore's
+    own options (``schema=`` is where alkstore's tables go, not libpq's).
     """
-
-    marker: str
-
-    @classmethod
-    def of(cls, connection: object) -> Placeholders:
-        """The placeholders of the driver ``connection`` belongs to."""
-        driver = type(connection).__module__.split(".", maxsplit=1)[0]
-        return cls("%s" if driver == "psycopg" else "?")
-
-    def __call__(self, sql: str) -> str:
-        return sql.replace("?", self.marker)
+    if target.startswith(("postgresql://", "postgres://")):
+        url = make_url(target).set(drivername="postgresql+psycopg")
+        return url.difference_update_query(ALKSTORE_OPTIONS)
+    if target.startswith("sqlite:"):
+        return make_url(target).set(drivername="sqlite+aiosqlite")
+    return URL.create("sqlite+aiosqlite", database=str(Path(target).resolve()))
 
 
-async def prepare(store: alkstore.AsyncStore) -> Placeholders:
-    """Make the business table if it is not there, declare the queue's options (which
-    ``enqueue_tx`` stamps on each job), and learn the driver's placeholders."""
-    store.queue(CONFIRMATIONS, CONFIRMATION_QUEUE)
-    async with store.transaction() as tx:
-        await tx.execute(TABLE)
-        return Placeholders.of(tx.connection)
+@contextlib.asynccontextmanager
+async def opened(target: str) -> AsyncIterator[tuple[alkstore.AsyncStore, Sessions]]:
+    """The store and SQLAlchemy's sessions on ``target``, for as long as the block runs.
+
+    Makes the business table if it is not there, and declares the queue's
+    options (which ``enqueue_tx`` stamps on each job).
+    """
+    engine = create_async_engine(sqlalchemy_url(target))
+    try:
+        async with alkstore.open_async(target) as store:
+            store.queue(CONFIRMATIONS, CONFIRMATION_QUEUE)
+            async with engine.begin() as connection:
+                await connection.run_sync(Base.metadata.create_all)
+            yield store, async_sessionmaker(engine, expire_on_commit=False)
+    finally:
+        await engine.dispose()
 
 
 class Declined(Exception):
@@ -94,69 +117,63 @@ def charge(customer: str, total_cents: int) -> None:
 
 
 async def place_order(
-    store: alkstore.AsyncStore, sql: Placeholders, customer: str, total_cents: int
+    store: alkstore.AsyncStore, sessions: Sessions, customer: str, total_cents: int
 ) -> tuple[str, int]:
     """Commit the order row and its confirmation job together; (order id, job id)."""
     order_id = uuid.uuid4().hex
-    async with store.transaction() as tx:
-        await tx.execute(
-            sql("INSERT INTO service_orders (id, customer, total_cents, status, placed_at) "
-                "VALUES (?, ?, ?, 'placed', ?)"),
-            (order_id, customer, total_cents, time.time()),
+    async with sessions.begin() as session:  # commits when the block ends, rolls back on raise
+        session.add(
+            ServiceOrder(id=order_id, customer=customer, total_cents=total_cents,
+                         status="placed", placed_at=time.time())
         )  # fmt: skip
+        await session.flush()  # the INSERT, now, in the session's transaction
+        tx = await store.adopt_tx(session)  # alkstore writes in that transaction too
         job_id = await tx.enqueue_tx(CONFIRMATIONS, None, {"order": order_id})
         charge(customer, total_cents)  # raising here rolls back the row and the job
     return order_id, job_id
 
 
-async def read_order(
-    store: alkstore.AsyncStore, sql: Placeholders, order_id: str
-) -> dict[str, Any] | None:
-    async with store.transaction() as tx:
-        rows = await tx.execute(
-            sql("SELECT customer, total_cents, status, confirmed_at "
-                "FROM service_orders WHERE id = ?"),
-            (order_id,),
-        )  # fmt: skip
-    if not rows:
+async def read_order(sessions: Sessions, order_id: str) -> dict[str, Any] | None:
+    async with sessions() as session:
+        order = await session.get(ServiceOrder, order_id)
+    if order is None:
         return None
-    customer, total_cents, status, confirmed_at = rows[0]
     return {
         "id": order_id,
-        "customer": customer,
-        "total_cents": total_cents,
-        "status": status,
-        "confirmed_at": confirmed_at,
+        "customer": order.customer,
+        "total_cents": order.total_cents,
+        "status": order.status,
+        "confirmed_at": order.confirmed_at,
     }
 
 
 # The worker's side
 
 
-def confirmation_handler(
-    store: alkstore.AsyncStore, sql: Placeholders
-) -> Callable[[alkstore.AsyncJob], Awaitable[None]]:
+def confirmation_handler(sessions: Sessions) -> Callable[[alkstore.AsyncJob], Awaitable[None]]:
     """The async handler the worker runs for each confirmation job."""
 
     async def send_confirmation(job: alkstore.AsyncJob) -> None:
         # A real service would await its mail API here. Returning acks the
         # job; raising retries it on the queue's backoff curve. Delivery is at
         # least once, so the update is written to be harmless when repeated.
-        async with store.transaction() as tx:
-            await tx.execute(
-                sql("UPDATE service_orders SET status = 'confirmed', confirmed_at = ? "
-                    "WHERE id = ? AND status = 'placed'"),
-                (time.time(), job.payload["order"]),
-            )  # fmt: skip
+        # One UPDATE, not a read then a write: on SQLite a transaction that
+        # begins with a read may fail to write if another writer got in between.
+        async with sessions.begin() as session:
+            await session.execute(
+                update(ServiceOrder)
+                .where(ServiceOrder.id == job.payload["order"], ServiceOrder.status == "placed")
+                .values(status="confirmed", confirmed_at=time.time())
+            )
 
     return send_confirmation
 
 
-def make_worker(store: alkstore.AsyncStore, sql: Placeholders) -> alkstore.Worker:
+def make_worker(store: alkstore.AsyncStore, sessions: Sessions) -> alkstore.Worker:
     return alkstore.Worker(
         store,
         store.queue(CONFIRMATIONS, CONFIRMATION_QUEUE),
-        confirmation_handler(store, sql),
+        confirmation_handler(sessions),
         concurrency=8,
         grace_s=10,
     )
@@ -168,14 +185,13 @@ def make_worker(store: alkstore.AsyncStore, sql: Placeholders) -> alkstore.Worke
 @contextlib.asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     """Open the store for the app's life; run the worker beside it unless told not to."""
-    async with alkstore.open_async(app.state.target) as store:
-        sql = await prepare(store)
-        app.state.store, app.state.sql = store, sql
+    async with opened(app.state.target) as (store, sessions):
+        app.state.store, app.state.sessions = store, sessions
         if not app.state.run_worker:
             yield
             return
         stop = asyncio.Event()
-        working = asyncio.create_task(make_worker(store, sql).run_async(stop))
+        working = asyncio.create_task(make_worker(store, sessions).run_async(stop))
         try:
             yield
         finally:
@@ -190,7 +206,7 @@ async def post_order(request: Request) -> JSONResponse:
         return JSONResponse({"error": "customer (text) and total_cents (integer)"}, 422)
     try:
         order_id, job_id = await place_order(
-            request.app.state.store, request.app.state.sql, customer, total_cents
+            request.app.state.store, request.app.state.sessions, customer, total_cents
         )
     except Declined as exc:
         return JSONResponse({"error": str(exc)}, 402)
@@ -198,9 +214,7 @@ async def post_order(request: Request) -> JSONResponse:
 
 
 async def get_order(request: Request) -> JSONResponse:
-    order = await read_order(
-        request.app.state.store, request.app.state.sql, request.path_params["order_id"]
-    )
+    order = await read_order(request.app.state.sessions, request.path_params["order_id"])
     if order is None:
         return JSONResponse({"error": "no such order"}, 404)
     return JSONResponse(order)
@@ -258,8 +272,8 @@ async def work(target: str) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with alkstore.open_async(target) as store:
-        worker = make_worker(store, await prepare(store))
+    async with opened(target) as (store, sessions):
+        worker = make_worker(store, sessions)
         print(f"worker {worker.worker_id} on {store.location}", flush=True)
         await worker.run_async(stop)
         print(f"worker stopped: {worker.stats()}", flush=True)
