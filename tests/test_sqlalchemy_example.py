@@ -11,7 +11,6 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 
@@ -19,15 +18,6 @@ SHOP = Path(__file__).parents[1] / "examples" / "sqlalchemy_shop.py"
 RUN_TIMEOUT_S = 60.0
 
 pytestmark = pytest.mark.timeout(3 * RUN_TIMEOUT_S)
-
-
-@pytest.fixture
-def shop_target(dsn: str) -> str:
-    """The store's DSN; on PostgreSQL with the store's schema as the search path."""
-    if not dsn.startswith("postgresql"):
-        return dsn
-    (schema,) = parse_qs(urlsplit(dsn).query)["schema"]
-    return f"{dsn}&options={quote(f'-csearch_path={schema}')}"
 
 
 def run_shop(*arguments: str) -> str:
@@ -43,8 +33,8 @@ def run_shop(*arguments: str) -> str:
     return result.stdout
 
 
-def test_the_sqlalchemy_shop_runs_end_to_end_and_checks_itself(shop_target: str) -> None:
-    out = run_shop(shop_target)
+def test_the_sqlalchemy_shop_runs_end_to_end_and_checks_itself(app_dsn: str) -> None:
+    out = run_shop(app_dsn)
     assert "placed orders [1, 2, 3], each with its confirmation job and event" in out
     assert "order 3: not wrapped (no tartan paper left): no wrapping row, no wrapping job" in out
     assert "mallory's order rolled back (card of mallory declined for 999.00)" in out
@@ -55,9 +45,9 @@ def test_the_sqlalchemy_shop_runs_end_to_end_and_checks_itself(shop_target: str)
     assert out.strip().endswith("all as expected")
 
 
-def test_a_second_run_on_the_same_database_carries_on(shop_target: str) -> None:
-    run_shop(shop_target)
-    out = run_shop(shop_target)  # the orders of the first run stay, confirmed
+def test_a_second_run_on_the_same_database_carries_on(app_dsn: str) -> None:
+    run_shop(app_dsn)
+    out = run_shop(app_dsn)  # the orders of the first run stay, confirmed
     assert "FAILED" not in out
     assert out.strip().endswith("all as expected")
 
