@@ -730,3 +730,148 @@ def test_run_schedules_stands_by_again_after_losing_leadership(tmp_path: Path) -
 def _scheduler_owner(store: alkstore.Store) -> str | None:
     held = [lock for lock in store.inspect().locks() if lock.name == alkstore.SCHEDULER_LOCK]
     return held[0].owner if held else None
+
+
+# Acting on dead letters and single jobs
+
+
+def _dead_jobs(dsn: str, queue: str, count: int) -> list[int]:
+    """``count`` dead letters in ``queue``, oldest first."""
+    with alkstore.open(dsn) as store:
+        handle = store.queue(queue)
+        ids = []
+        for n in range(count):
+            ids.append(handle.enqueue({"n": n}, EnqueueOpts(key=f"k{n}")))
+            job = handle.claim_one("w")
+            assert job is not None
+            assert job.fail("boom")
+        return ids
+
+
+def _states(dsn: str, queue: str, ids: Sequence[int]) -> list[str | None]:
+    with alkstore.open(dsn) as store:
+        infos = [store.queue(queue).get_job(job_id) for job_id in ids]
+    return [None if info is None else info.state for info in infos]
+
+
+def test_requeue_dead_moves_the_given_ids_or_all_of_them_back(dsn: str) -> None:
+    first, second, third = _dead_jobs(dsn, "q", 3)
+    assert ok("requeue-dead", "q", str(first), "--dsn", dsn) == "requeued 1 of 1 dead job of 'q'\n"
+    assert _states(dsn, "q", [first, second, third]) == ["pending", "dead", "dead"]
+    assert ok_json("requeue-dead", "q", "--all", "--dsn", dsn) == {"requeued": 2}
+    assert _states(dsn, "q", [first, second, third]) == ["pending"] * 3
+    with alkstore.open(dsn) as store:
+        back = store.queue("q").get_job(second)
+    assert back is not None
+    assert (back.payload, back.key, back.attempts) == ({"n": 1}, "k1", 0)
+    nothing = run("requeue-dead", "q", "--all", "--dsn", dsn)
+    assert (nothing.returncode, nothing.stdout) == (3, "requeued 0 dead jobs of 'q'\n")
+
+
+def test_requeue_dead_keep_attempts_leaves_the_count(dsn: str) -> None:
+    [job_id] = _dead_jobs(dsn, "q", 1)
+    ok("requeue-dead", "q", str(job_id), "--keep-attempts", "--dsn", dsn)
+    with alkstore.open(dsn) as store:
+        info = store.queue("q").get_job(job_id)
+    assert info is not None
+    assert (info.state, info.attempts) == ("pending", 1)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        (("requeue-dead", "q"), "give the ids of the dead jobs to requeue, or --all"),
+        (("requeue-dead", "q", "1", "--all"), "give the ids of the dead jobs to requeue, or --all"),
+        (("requeue-dead", "q", "x1"), "not a job id"),
+        (("requeue-dead", "q", "0"), "not a job id"),
+        (("cancel", "q", "-3"), "not a job id"),
+        (("purge-dead", "q", "--older-than", "-1"), "older_than_s must be >= 0"),
+    ],
+)  # fmt: skip
+def test_bad_operator_commands_are_one_line_and_exit_2(
+    dsn: str, arguments: tuple[str, ...], says: str
+) -> None:
+    _dead_jobs(dsn, "q", 1)
+    result = run(*arguments, "--dsn", dsn)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert says in result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_purge_dead_deletes_dead_jobs_all_or_the_old_ones(dsn: str) -> None:
+    old = _dead_jobs(dsn, "q", 2)
+    time.sleep(1.0)
+    recent = _dead_jobs(dsn, "other", 1)
+    with alkstore.open(dsn) as store:
+        store.queue("q").enqueue("live")
+    none_old = run("purge-dead", "other", "--older-than", "600", "--json", "--dsn", dsn)
+    assert (none_old.returncode, json.loads(none_old.stdout)) == (3, {"purged": 0})
+    assert ok("purge-dead", "q", "--older-than", "0.5", "--dsn", dsn) == (
+        "deleted 2 dead jobs of 'q'\n"
+    )
+    assert _states(dsn, "q", old) == [None, None]
+    assert _states(dsn, "other", recent) == ["dead"]
+    with alkstore.open(dsn) as store:
+        assert [s.ready for s in store.inspect().queues() if s.name == "q"] == [1]
+    assert run("purge-dead", "q", "--dsn", dsn).returncode == 3
+
+
+def test_cancel_deletes_one_job_and_says_when_there_is_none(dsn: str) -> None:
+    [dead] = _dead_jobs(dsn, "q", 1)
+    with alkstore.open(dsn) as store:
+        live = store.queue("q").enqueue("live")
+    assert ok_json("cancel", "q", str(live), "--dsn", dsn) == {"cancelled": True}
+    assert ok("cancel", "q", str(dead), "--dsn", dsn) == ""
+    assert _states(dsn, "q", [live, dead]) == [None, None]
+    gone = run("cancel", "q", str(live), "--dsn", dsn)
+    assert (gone.returncode, gone.stdout) == (3, f"no job {live} in 'q'\n")
+
+
+def _at_a_terminal(arguments: Sequence[str], answer: bytes | None) -> tuple[int, str]:
+    """Run the command with a terminal for stdin and stderr, typing ``answer`` when
+    it asks; its exit code and what the terminal showed."""
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [*ALKSTORE, *arguments], stdin=terminal, stdout=subprocess.PIPE, stderr=terminal,
+            env=environment(),
+        )  # fmt: skip
+        os.close(terminal)
+        terminal = -1
+        shown = b""
+        if answer is not None:
+            shown = read_until(controller, "[y/N] ")
+            os.write(controller, answer)
+        process.communicate(timeout=30)
+        while select.select([controller], [], [], 0.2)[0] and (chunk := read_some(controller)):
+            shown += chunk
+    finally:
+        os.close(controller)
+        if terminal >= 0:
+            os.close(terminal)
+    return process.returncode, shown.decode()
+
+
+def test_requeue_all_and_purge_ask_first_at_a_terminal(dsn: str) -> None:
+    ids = _dead_jobs(dsn, "q", 2)
+    code, shown = _at_a_terminal(["requeue-dead", "q", "--all", "--dsn", dsn], b"n\n")
+    assert code == 1
+    assert "Requeue all 2 dead jobs of 'q'? [y/N]" in shown
+    assert "not confirmed: nothing was changed" in shown
+    assert _states(dsn, "q", ids) == ["dead", "dead"]
+    code, shown = _at_a_terminal(["requeue-dead", "q", "--all", "--dsn", dsn], b"y\n")
+    assert code == 0, shown
+    assert _states(dsn, "q", ids) == ["pending", "pending"]
+    more = _dead_jobs(dsn, "r", 1)
+    code, shown = _at_a_terminal(["purge-dead", "r", "--dsn", dsn], b"\n")
+    assert (code, _states(dsn, "r", more)) == (1, ["dead"])
+    assert "Delete the 1 dead job of 'r'? [y/N]" in shown
+    code, _ = _at_a_terminal(["purge-dead", "r", "--yes", "--dsn", dsn], None)
+    assert (code, _states(dsn, "r", more)) == (0, [None])
+
+
+def test_enqueue_with_a_key_prints_the_live_jobs_id(dsn: str) -> None:
+    first = ok("enqueue", "q", '{"n": 1}', "--key", "invoice-42", "--dsn", dsn)
+    assert ok("enqueue", "q", '{"n": 2}', "--key", "invoice-42", "--dsn", dsn) == first
+    assert ok("enqueue", "q", '{"n": 3}', "--key", "invoice-43", "--dsn", dsn) != first

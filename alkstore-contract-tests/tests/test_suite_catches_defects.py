@@ -228,6 +228,29 @@ def test_both_apis_run_the_same_tests(site: Path, tmp_path: Path) -> None:
             },
         ),
         (
+            "memory-short-sighted-keys",
+            "test_unique_jobs",
+            {
+                "test_a_duplicate_enqueue_writes_nothing_and_returns_the_live_jobs_id",
+                *(
+                    f"test_every_live_state_holds_the_key[{state}]"
+                    for state in ("scheduled", "processing", "retrying", "released")
+                ),
+                *(
+                    f"test_any_key_text_is_kept_exactly_and_deduplicates[{key}]"
+                    for key in (
+                        "ascii", "unicode", "quotes", "backslash", "nul", "huge", "space",
+                        "escape-like",
+                    )
+                ),
+                "test_a_transaction_sees_a_committed_live_job_with_its_key",
+                "test_the_outbox_deduplicates_by_key_too",
+                # it keeps the expired job beside the new one instead of dead-lettering it
+                "test_a_job_past_its_expiry_holds_no_key",
+                "test_threads_racing_with_one_key_leave_exactly_one_job",
+            },
+        ),
+        (
             "memory-upsert-moves-schedule",
             "test_scheduler or test_inspect",
             {

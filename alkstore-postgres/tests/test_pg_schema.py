@@ -19,6 +19,7 @@ from psycopg import sql
 import alkstore
 from alkstore_postgres import PostgresStore
 from alkstore_postgres._names import stored
+from alkstore_postgres._schema import SCHEMA_VERSION
 
 OpenStore = Callable[..., PostgresStore]
 
@@ -159,7 +160,7 @@ def test_a_version_1_schema_is_migrated_on_open_and_every_row_works(
     dsn: str, v1_schema: str, open_store: OpenStore
 ) -> None:
     store = open_store(scheduler_lease_s=LEASE_S)
-    assert stored_version(dsn, v1_schema) == "2"
+    assert stored_version(dsn, v1_schema) == str(SCHEMA_VERSION)
     queue = store.queue(QUEUE)
     held = queue.get_job(2)
     assert held is not None
@@ -175,7 +176,17 @@ def test_a_version_1_schema_is_migrated_on_open_and_every_row_works(
     ]  # fmt: skip
     assert all(job.ack() for job in claimed)
     assert queue.cancel(2)
+    # The dead letter kept no stamps before version 3: a requeue gives it the queue's.
+    assert queue.requeue_dead([100]) == 1
+    revived = queue.claim_one("new-worker")
+    assert revived is not None
+    assert (revived.id, revived.payload, revived.attempts) == (100, "dead", 1)
+    assert revived.visibility_timeout_s == queue.opts.visibility_timeout_s
+    assert revived.fail("again")
     assert queue.cancel(100)
+    keyed = queue.enqueue("keyed", alkstore.EnqueueOpts(key="k"))
+    assert queue.enqueue("twice", alkstore.EnqueueOpts(key="k")) == keyed
+    assert queue.cancel(keyed)
     new = queue.enqueue("new")
     again = queue.claim_one("new-worker")
     assert again is not None
@@ -249,7 +260,7 @@ def test_processes_opening_a_version_1_schema_at_once_migrate_it_once(
     outputs = [child.communicate(timeout=60)[0] for child in children]
     assert [child.returncode for child in children] == [0] * 4
     assert [int(out) for out in outputs] == [4] * 4  # three live jobs and the dead one
-    assert stored_version(dsn, v1_schema) == "2"
+    assert stored_version(dsn, v1_schema) == str(SCHEMA_VERSION)
     store = open_store()
     assert len(store.queue(QUEUE).claim_batch("w", 10)) == 2
 
@@ -257,7 +268,7 @@ def test_processes_opening_a_version_1_schema_at_once_migrate_it_once(
 DAMAGE = [
     pytest.param(
         "ALTER TABLE {s}.jobs DROP COLUMN last_error",
-        r"\(version 2\) were altered: table jobs has no column last_error",
+        rf"\(version {SCHEMA_VERSION}\) were altered: table jobs has no column last_error",
         id="dropped column",
     ),
     pytest.param("DROP TABLE {s}.locks", "table locks is missing", id="dropped table"),
@@ -279,7 +290,7 @@ DAMAGE = [
     ),
     pytest.param(
         "UPDATE {s}.meta SET value = '99'",
-        r"version 99, newer than this alkstore-postgres understands \(2\); upgrade",
+        rf"version 99, newer than this alkstore-postgres understands \({SCHEMA_VERSION}\); upgrade",
         id="newer version",
     ),
     pytest.param(

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import pytest
 
 import alkstore
+from alkstore_sqlite import _schema
 from alkstore_sqlite._schema import SCHEMA_VERSION
 
 
@@ -110,3 +111,39 @@ def test_application_tables_and_columns_are_not_the_engines_business(made: str) 
     alter(made, "CREATE TABLE orders (id INTEGER, __alkstore_note TEXT)")
     with alkstore.open(made) as store:
         assert store.queue("q").enqueue(1) > 0
+
+
+def test_a_version_1_file_is_migrated_on_open_and_its_rows_work(path: str) -> None:
+    """A file written before unique jobs: its live job stays, a keyed enqueue
+    works beside it, and its dead letter (no stamps kept) requeues with the
+    queue's opts."""
+    with raw(path) as connection:
+        connection.execute("PRAGMA journal_mode = WAL")
+        connection.execute(
+            "CREATE TABLE __alkstore_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
+        )
+        connection.executescript(_schema._MIGRATIONS[0])
+        connection.execute("INSERT INTO __alkstore_meta VALUES ('schema_version', '1')")
+        connection.execute(
+            "INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, "
+            "max_attempts, visibility_timeout_s, backoff_base_s) "
+            "VALUES (1, 'q', '\"live\"', 0, 0, 0, 3, 30, 1)"
+        )
+        connection.execute(
+            "INSERT INTO __alkstore_dead (id, queue, payload, priority, run_at, created_at, "
+            "attempts, max_attempts, last_error, died_at) "
+            "VALUES (2, 'q', '\"died\"', 5, 0, 0, 3, 3, 'boom', 0)"
+        )
+        # It died a job: the id was handed out.
+        connection.execute("UPDATE sqlite_sequence SET seq = 2 WHERE name = '__alkstore_jobs'")
+    with alkstore.open(path) as store:
+        queue = store.queue("q", alkstore.QueueOpts(visibility_timeout_s=42, backoff_base_s=7))
+        assert stored_version(path) == str(SCHEMA_VERSION)
+        keyed = queue.enqueue("keyed", alkstore.EnqueueOpts(key="k"))
+        assert queue.enqueue("again", alkstore.EnqueueOpts(key="k")) == keyed
+        assert queue.requeue_dead() == 1
+        jobs = {job.payload: job for job in queue.claim_batch("w", 10)}
+    assert sorted(jobs) == ["died", "keyed", "live"]
+    assert (jobs["died"].id, jobs["died"].priority, jobs["died"].attempts) == (2, 5, 1)
+    assert jobs["died"].visibility_timeout_s == 42
+    assert (jobs["keyed"].key, jobs["live"].key) == ("k", None)

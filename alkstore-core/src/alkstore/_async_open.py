@@ -79,6 +79,7 @@ class OffloadedStore(AsyncStore):
         )
         self._share_declarations(store)
         self._companion_store = store
+        self.job_keys = store.job_keys
 
     def __repr__(self) -> str:
         companion = self._companion_store

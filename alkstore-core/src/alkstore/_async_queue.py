@@ -10,8 +10,16 @@ from alkstore._codec import encode
 from alkstore._job import ClaimedJob, Job
 from alkstore._names import check_identifier, queue_wake_key
 from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_int
-from alkstore._queue import MAX_BATCH, check_job_id, claim_order, fenced_claims, wait_for_work
-from alkstore._stamp import JobStamp, stamp_job
+from alkstore._queue import (
+    MAX_BATCH,
+    check_flag,
+    check_job_id,
+    claim_order,
+    dead_job_ids,
+    fenced_claims,
+    wait_for_work,
+)
+from alkstore._stamp import JobStamp
 from alkstore._values import JobInfo
 
 if TYPE_CHECKING:
@@ -43,7 +51,7 @@ class AsyncQueue:
             Codec: ``payload`` is not a JSON value (nothing is written).
         """
         self._store._check_open()
-        stamp = stamp_job(self.opts, opts)
+        stamp = self._store._stamp(self.opts, opts)
         return await self._enqueue(stamp, encode(payload))
 
     async def claim_one(self, worker_id: str) -> AsyncJob | None:
@@ -88,6 +96,23 @@ class AsyncQueue:
         ``Queue.sweep_expired``); return how many moved."""
         self._store._check_open()
         return await self._sweep_expired()
+
+    async def requeue_dead(
+        self, job_ids: Iterable[int] | None = None, *, reset_attempts: bool = True
+    ) -> int:
+        """Move dead jobs back to ready; return how many moved (see ``Queue.requeue_dead``)."""
+        self._store._check_open()
+        ids = dead_job_ids(job_ids)
+        if ids == []:
+            return 0
+        return await self._requeue_dead(ids, check_flag(reset_attempts, "reset_attempts"))
+
+    async def purge_dead(self, older_than_s: float | None = None) -> int:
+        """Delete dead jobs; return how many went (see ``Queue.purge_dead``)."""
+        self._store._check_open()
+        if older_than_s is not None:
+            older_than_s = check_duration(older_than_s, "older_than_s", zero_ok=True)
+        return await self._purge_dead(older_than_s)
 
     async def wait(self, timeout: float | None) -> bool:
         """Await until this queue may have work or ``timeout`` passes (see ``Queue.wait``)."""
@@ -135,6 +160,13 @@ class AsyncQueue:
 
     async def _sweep_expired(self) -> int:
         return await self._store._offloaded((await self._twin())._sweep_expired)
+
+    async def _requeue_dead(self, job_ids: list[int] | None, reset_attempts: bool) -> int:
+        queue = await self._twin()
+        return await self._store._offloaded(queue._requeue_dead, job_ids, reset_attempts)
+
+    async def _purge_dead(self, older_than_s: float | None) -> int:
+        return await self._store._offloaded((await self._twin())._purge_dead, older_than_s)
 
     async def _until_ready(self) -> float | None:
         """Seconds until a job turns ready by the clock; <= 0 if one is ready; None if none will."""

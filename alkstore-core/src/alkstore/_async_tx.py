@@ -13,7 +13,7 @@ from alkstore._errors import Closed, Database
 from alkstore._names import check_identifier, check_name, outbox_queue_name
 from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
 from alkstore._params import Paramstyle, portable_params
-from alkstore._stamp import JobStamp, stamp_job
+from alkstore._stamp import JobStamp
 from alkstore._stream import check_key, check_offset
 from alkstore._tx import (
     ENDED_BEHIND_ITS_BACK,
@@ -96,7 +96,7 @@ class AsyncTxHandle:
         """Enqueue a job in this transaction; return its id (see ``TxHandle.enqueue_tx``)."""
         await self._check_writable()
         queue = check_name(queue, "queue")
-        stamp = stamp_job(self._store._declared_queue_opts(queue), opts)
+        stamp = self._store._stamp(self._store._declared_queue_opts(queue), opts)
         return await self._enqueue_tx(queue, stamp, encode(payload))
 
     async def publish_tx(self, stream: str, payload: object) -> int:
@@ -134,7 +134,7 @@ class AsyncTxHandle:
         """Put a send into ``outbox`` in this transaction; return its job id."""
         await self._check_writable()
         outbox = check_name(outbox, "outbox")
-        stamp = stamp_job(OUTBOX_QUEUE_OPTS, opts)
+        stamp = self._store._stamp(OUTBOX_QUEUE_OPTS, opts)
         return await self._enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
 
     async def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:

@@ -37,6 +37,7 @@ class ClaimedJob(HasPayload, Generic[Q]):
         "attempts",
         "deadline",
         "id",
+        "key",
         "max_attempts",
         "payload",
         "priority",
@@ -60,9 +61,11 @@ class ClaimedJob(HasPayload, Generic[Q]):
         worker_id: str,
         backoff_base_s: float,
         visibility_timeout_s: float | None = None,
+        key: str | None = None,
     ) -> None:
         """Engines build jobs when claiming; ``backoff_base_s`` and
-        ``visibility_timeout_s`` are the row's stamps (pass both)."""
+        ``visibility_timeout_s`` are the row's stamps (pass both), ``key`` its
+        unique key."""
         self._queue = queue
         self._backoff_base_s = backoff_base_s
         self._released = False
@@ -78,6 +81,8 @@ class ClaimedJob(HasPayload, Generic[Q]):
         self.deadline = deadline
         """When this claim lapses (Unix seconds, the database's clock); moved by ``heartbeat``."""
         self.worker_id = worker_id
+        self.key = key
+        """The job's unique key (``EnqueueOpts.key``), else None."""
         self.visibility_timeout_s = visibility_timeout_s
         """The claim's lease as stamped on the job's row: ``deadline`` was set to
         the claim's time plus this. None if the engine does not say. A duration,
@@ -91,10 +96,11 @@ class ClaimedJob(HasPayload, Generic[Q]):
         return check_duration(delay_s, "delay_s", zero_ok=True)
 
     def __repr__(self) -> str:
+        keyed = "" if self.key is None else f" key={self.key!r}"
         return (
-            f"<{type(self).__name__} id={self.id} queue={self.queue!r} attempts={self.attempts}/"
-            f"{self.max_attempts} priority={self.priority} worker_id={self.worker_id!r} "
-            f"deadline={self.deadline:.3f}>"
+            f"<{type(self).__name__} id={self.id} queue={self.queue!r}{keyed} "
+            f"attempts={self.attempts}/{self.max_attempts} priority={self.priority} "
+            f"worker_id={self.worker_id!r} deadline={self.deadline:.3f}>"
         )
 
 

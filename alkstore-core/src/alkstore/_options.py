@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from alkstore._names import check_identifier
+
 __all__ = [
     "MAX_DURATION_S",
     "OUTBOX_QUEUE_OPTS",
@@ -168,6 +170,10 @@ class EnqueueOpts:
     """Overrides the queue's ``max_attempts`` for this job (>= 1)."""
     expires: float | None = None
     """Seconds from enqueue after which the job is never handed out (> 0)."""
+    key: str | None = None
+    """A unique key: at most one live job (ready, scheduled or processing) per
+    ``(queue, key)``. Enqueueing while one lives writes nothing and returns its
+    id; once it is acked, cancelled or dead the key is free again."""
 
     def __post_init__(self) -> None:
         if self.delay is not None and self.run_at is not None:
@@ -181,6 +187,8 @@ class EnqueueOpts:
             check_int(self.max_attempts, "max_attempts", minimum=1)
         if self.expires is not None:
             _set(self, "expires", check_duration(self.expires, "expires", zero_ok=False))
+        if self.key is not None:
+            check_identifier(self.key, "key")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,15 +11,15 @@ from alkstore._codec import encode
 from alkstore._job import ClaimedJob, Job
 from alkstore._names import check_identifier, queue_wake_key
 from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_int
-from alkstore._stamp import JobStamp, stamp_job
+from alkstore._stamp import JobStamp
 from alkstore._values import JobInfo
 
 if TYPE_CHECKING:
     from alkstore._store import Store
 
 __all__ = [
-    "EXPIRED", "LAPSED_ON_LAST_ATTEMPT", "MAX_BATCH", "Queue", "check_job_id", "claim_order",
-    "fenced_claims", "wait_for_work",
+    "EXPIRED", "LAPSED_ON_LAST_ATTEMPT", "MAX_BATCH", "Queue", "check_flag", "check_job_id",
+    "claim_order", "dead_job_ids", "fenced_claims", "not_in_engine", "wait_for_work",
 ]  # fmt: skip
 
 MAX_BATCH = 10_000
@@ -64,7 +64,7 @@ class Queue(abc.ABC):
             Codec: ``payload`` is not a JSON value (nothing is written).
         """
         self._store._check_open()
-        stamp = stamp_job(self.opts, opts)
+        stamp = self._store._stamp(self.opts, opts)
         return self._enqueue(stamp, encode(payload))
 
     def claim_one(self, worker_id: str) -> Job | None:
@@ -117,6 +117,33 @@ class Queue(abc.ABC):
         """
         self._store._check_open()
         return self._sweep_expired()
+
+    def requeue_dead(
+        self, job_ids: Iterable[int] | None = None, *, reset_attempts: bool = True
+    ) -> int:
+        """Move dead jobs of this queue (all of them, or those in ``job_ids``) back
+        to ready; return how many moved.
+
+        A requeued job keeps its id, payload, priority, key, stamps and last
+        error; it is ready now and no longer expires. ``reset_attempts`` gives
+        it its full ``max_attempts`` again; without it the job keeps its count
+        and gets one more claim. A dead job whose key a live job holds stays
+        dead (at most one live job per key), as do ids that are not dead jobs
+        of this queue: neither is counted.
+        """
+        self._store._check_open()
+        ids = dead_job_ids(job_ids)
+        if ids == []:
+            return 0
+        return self._requeue_dead(ids, check_flag(reset_attempts, "reset_attempts"))
+
+    def purge_dead(self, older_than_s: float | None = None) -> int:
+        """Delete this queue's dead jobs (only those dead for at least
+        ``older_than_s`` seconds, if given); return how many went."""
+        self._store._check_open()
+        if older_than_s is not None:
+            older_than_s = check_duration(older_than_s, "older_than_s", zero_ok=True)
+        return self._purge_dead(older_than_s)
 
     def wait(self, timeout: float | None) -> bool:
         """Block until this queue may have work or ``timeout`` passes.
@@ -210,6 +237,25 @@ class Queue(abc.ABC):
         """Set the deadline to ``now + extend_s`` if the claim holds and has not
         lapsed; on success also update ``job.deadline``."""
 
+    # Extensions of contract 1.4: defaults refuse, naming the contract.
+
+    def _requeue_dead(self, job_ids: list[int] | None, reset_attempts: bool) -> int:
+        """Move this queue's dead jobs (all, or those of ``job_ids``: ascending,
+        distinct, possibly not dead) back to pending, in one transaction, and
+        wake the queue's waiters; return how many moved.
+
+        Each keeps its id, payload, priority, key, ``max_attempts``, stamps and
+        ``last_error``; ``run_at`` is now, ``expires_at`` None, no claim;
+        ``attempts`` is 0 if ``reset_attempts``, else kept. One whose key a live
+        job holds (or an earlier one of the same move took) stays dead.
+        """
+        raise not_in_engine(self, "requeue_dead")
+
+    def _purge_dead(self, older_than_s: float | None) -> int:
+        """Delete this queue's dead jobs (those with ``died_at <= now -
+        older_than_s`` if given); return how many went."""
+        raise not_in_engine(self, "purge_dead")
+
 
 def wait_for_work(
     until_ready: float | None, timeout: float | None
@@ -245,6 +291,31 @@ def fenced_claims(
             if job_id not in claims:
                 claims[job_id] = ledger.attempt(queue, job_id, worker_id)
     return sorted(claims.items())
+
+
+def dead_job_ids(job_ids: Iterable[int] | None) -> list[int] | None:
+    """``requeue_dead``'s ``job_ids`` checked, ascending and distinct; None for all."""
+    if job_ids is None:
+        return None
+    if isinstance(job_ids, (str, bytes)) or not isinstance(job_ids, Iterable):
+        raise TypeError(
+            f"job_ids must be an iterable of job ids or None, not {type(job_ids).__name__}"
+        )
+    return sorted({check_job_id(job_id) for job_id in job_ids})
+
+
+def check_flag(value: object, field: str) -> bool:
+    """Return ``value`` if it is a bool (``1`` or ``"no"`` are mistakes, not flags)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{field} must be a bool, not {type(value).__name__}")
+    return value
+
+
+def not_in_engine(queue: object, operation: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{queue!r}: its engine does not implement {operation} (engine contract 1.4); "
+        "upgrade the engine"
+    )
 
 
 def check_job_id(job_id: object) -> int:

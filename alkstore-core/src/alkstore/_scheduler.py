@@ -35,7 +35,6 @@ from alkstore._names import SCHEDULER_LOCK, SCHEDULES_WAKE_KEY
 from alkstore._options import ScheduleOpts
 from alkstore._outage import Outage
 from alkstore._receivers import WakeReceiver
-from alkstore._stamp import stamp_job
 
 if TYPE_CHECKING:
     from alkstore._store import StopSignal, Store
@@ -170,7 +169,7 @@ def _fire_due(store: Store, lock: Lock) -> float | None:
                 schedule.name, plan.skipped, len(plan.fire_at),
             )  # fmt: skip
         queue_opts = store._declared_queue_opts(schedule.queue)
-        stamp = stamp_job(queue_opts, schedule.opts.as_enqueue_opts())
+        stamp = store._stamp(queue_opts, schedule.opts.as_enqueue_opts())
         advances = [*plan.fire_at[1:], plan.next_fire_at]
         for boundary, advance_to in zip(plan.fire_at, advances, strict=True):
             fired = store._fire_boundary(lock, schedule, boundary, advance_to, stamp)

@@ -33,6 +33,9 @@ class JobStamp:
     """Ready at this Unix time (absolute, from the caller)."""
     expires_in_s: float | None
     """Expires at ``now + expires_in_s``; None never expires."""
+    key: str | None = None
+    """The unique key (``EnqueueOpts.key``): the engine writes no second live
+    job of the queue with this key (contract 1.4)."""
 
 
 def stamp_job(queue_opts: QueueOpts, opts: EnqueueOpts | None) -> JobStamp:
@@ -62,4 +65,5 @@ def _stamp(queue_opts: QueueOpts, opts: EnqueueOpts) -> JobStamp:
         delay_s=opts.delay or 0.0,
         run_at=run_at,
         expires_in_s=opts.expires,
+        key=opts.key,
     )

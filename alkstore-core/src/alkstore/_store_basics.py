@@ -8,7 +8,8 @@ import threading
 from alkstore._capabilities import Capabilities
 from alkstore._claims import ClaimLedger
 from alkstore._errors import Closed, PayloadTooLarge
-from alkstore._options import QueueOpts, check_duration
+from alkstore._options import EnqueueOpts, QueueOpts, check_duration
+from alkstore._stamp import JobStamp, stamp_job
 
 __all__ = ["DEFAULT_SCHEDULER_LEASE_S", "StoreBasics"]
 
@@ -20,6 +21,11 @@ DEFAULT_SCHEDULER_LEASE_S = 30.0
 
 class StoreBasics:
     """The state and checks :class:`~alkstore.Store` and :class:`~alkstore.AsyncStore` share."""
+
+    job_keys: bool = False
+    """Whether the engine honours ``JobStamp.key`` (unique jobs, contract 1.4).
+    Core refuses ``EnqueueOpts(key=...)`` on an engine that does not say so,
+    rather than let it write duplicates."""
 
     def __init__(
         self,
@@ -74,6 +80,21 @@ class StoreBasics:
 
     def _declared_queue_opts(self, name: str) -> QueueOpts:
         return self._queue_opts.get(name, _DEFAULT_QUEUE_OPTS)
+
+    def _stamp(self, queue_opts: QueueOpts, opts: EnqueueOpts | None) -> JobStamp:
+        """``stamp_job``, refusing a key the engine would not honour.
+
+        Raises:
+            NotImplementedError: ``opts.key`` is set and the engine predates
+                unique jobs (``job_keys`` is False).
+        """
+        stamp = stamp_job(queue_opts, opts)
+        if stamp.key is not None and not self.job_keys:
+            raise NotImplementedError(
+                f"{self!r}: its engine does not implement unique jobs (EnqueueOpts(key=...), "
+                "engine contract 1.4); upgrade the engine, or enqueue without a key"
+            )
+        return stamp
 
     def _check_notify_payload(self, payload_json: str) -> str:
         limit = self.capabilities.notify_payload_limit

@@ -15,7 +15,7 @@ from alkstore._errors import Closed, Database
 from alkstore._names import check_identifier, check_name, outbox_queue_name
 from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
 from alkstore._params import Paramstyle, portable_params
-from alkstore._stamp import JobStamp, stamp_job
+from alkstore._stamp import JobStamp
 from alkstore._stream import check_key, check_offset
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class TxHandle(abc.ABC):
         """
         self._check_writable()
         queue = check_name(queue, "queue")
-        stamp = stamp_job(self._store._declared_queue_opts(queue), opts)
+        stamp = self._store._stamp(self._store._declared_queue_opts(queue), opts)
         return self._enqueue_tx(queue, stamp, encode(payload))
 
     def publish_tx(self, stream: str, payload: object) -> int:
@@ -166,7 +166,7 @@ class TxHandle(abc.ABC):
         """
         self._check_writable()
         outbox = check_name(outbox, "outbox")
-        stamp = stamp_job(OUTBOX_QUEUE_OPTS, opts)
+        stamp = self._store._stamp(OUTBOX_QUEUE_OPTS, opts)
         return self._enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
 
     def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:

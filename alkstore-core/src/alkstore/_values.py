@@ -60,6 +60,8 @@ class JobInfo(HasPayload):
     last_error: str | None
     died_at: float | None
     """When the job went to dead letters; None unless dead."""
+    key: str | None = None
+    """The job's unique key (``EnqueueOpts.key``), else None."""
 
 
 @dataclass(frozen=True, slots=True)

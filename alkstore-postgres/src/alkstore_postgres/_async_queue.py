@@ -37,6 +37,13 @@ class PostgresAsyncQueue(AsyncQueue):
     async def _until_ready(self) -> float | None:
         return await self._store.run(self._plans.until_ready())
 
+    async def _requeue_dead(self, job_ids: list[int] | None, reset_attempts: bool) -> int:
+        plan = self._plans.requeue_dead(job_ids, reset_attempts, self.opts)
+        return await self._store.run(plan)
+
+    async def _purge_dead(self, older_than_s: float | None) -> int:
+        return await self._store.run(self._plans.purge_dead(older_than_s))
+
     async def _ack_job(self, job: AsyncJob) -> bool:
         return await self._store.run(self._plans.ack(job.id, job.attempts, job.worker_id))
 

@@ -57,6 +57,8 @@ class PostgresAsyncStore(AsyncStore):
     Open it with ``await alkstore.open_async("postgresql://...")``.
     """
 
+    job_keys = True
+
     def __init__(
         self,
         conninfo: str,

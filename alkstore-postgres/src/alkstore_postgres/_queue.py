@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from alkstore import JobInfo, QueueOpts
+from alkstore import Database, JobInfo, QueueOpts
 from alkstore.engine import (
     EXPIRED,
     LAPSED_ON_LAST_ATTEMPT,
@@ -38,14 +38,44 @@ STAMP_COLUMNS = (
 """The bind parameters of a new job row besides its id and payload."""
 
 
+_KEY_RACES = 16
+"""How often a keyed enqueue tries again when the live job it met was gone by
+the time it looked for its id (finished meanwhile, so the key is free)."""
+
+
 def insert_job(sql: Statements, queue: str, stamp: JobStamp, payload: str) -> Plan[int]:
-    """Insert a job row (and wake the queue's waiters at commit); its id."""
-    params = {**_stamp_params(queue, stamp), "payload": payload}
-    row = yield Statement(
-        sql.enqueue, {**params, **wake_params(sql.schema, queue_wake_key(queue))}, Fetch.ONE
+    """Insert a job row (and wake the queue's waiters at commit); its id.
+
+    A keyed job whose key a live job of ``queue`` holds is not inserted: that
+    job's id is returned (read by a second statement, which in a read
+    committed transaction sees the job of a transaction the insert waited for).
+    One past its expiry is never handed out again, so it holds no key: it goes
+    to dead letters (as ``sweep_expired`` would move it) and the insert runs again.
+    """
+    params = {
+        **_stamp_params(queue, stamp), "payload": payload,
+        "job_key": None if stamp.key is None else stored(stamp.key),
+        **wake_params(sql.schema, queue_wake_key(queue)),
+    }  # fmt: skip
+    if stamp.key is None:
+        row = yield Statement(sql.enqueue, params, Fetch.ONE)
+        assert row is not None
+        return int(row[0])
+    for _ in range(_KEY_RACES):
+        row = yield Statement(sql.enqueue_keyed, params, Fetch.ONE)
+        if row is not None:
+            return int(row[0])
+        live = yield Statement(sql.live_job_with_key, params, Fetch.ONE)
+        if live is None:
+            continue  # it finished meanwhile: the key is free
+        live_id, expired = live
+        if not expired:
+            return int(live_id)
+        yield Statement(sql.expired_one_to_dead, {"id": live_id, "expired": _EXPIRED})
+    raise Database(
+        f"enqueue into {queue!r} with key {stamp.key!r}: the key's live job kept going "
+        f"between inserting and looking, {_KEY_RACES} times in a row"
     )
-    assert row is not None
-    return int(row[0])
 
 
 @functools.lru_cache(maxsize=256)
@@ -135,6 +165,31 @@ class QueuePlans:
         row = yield Statement(self._sql.next_ready, {"queue": self._key}, Fetch.ONE)
         return None if row is None or row[0] is None else float(row[0])
 
+    def requeue_dead(
+        self, job_ids: list[int] | None, reset_attempts: bool, opts: QueueOpts
+    ) -> Plan[int]:
+        yield Operation(f"requeue dead jobs of {self._name!r}", transaction=True)
+        params: dict[str, Any] = {
+            "queue": self._key, "reset": reset_attempts,
+            "visibility": opts.visibility_timeout_s, "backoff": opts.backoff_base_s,
+        }  # fmt: skip
+        statement = self._sql.requeue_dead
+        if job_ids is not None:
+            statement, params["ids"] = self._sql.requeue_dead_ids, job_ids
+        row = yield Statement(statement, params, Fetch.ONE)
+        moved = int(row[0]) if row is not None else 0
+        if moved:
+            yield Statement(self._sql.notify, self._wake)
+        return moved
+
+    def purge_dead(self, older_than_s: float | None) -> Plan[int]:
+        yield Operation(f"purge dead jobs of {self._name!r}")
+        if older_than_s is None:
+            params: dict[str, Any] = {"queue": self._key}
+            return int((yield Statement(self._sql.purge_dead_all, params, Fetch.ROWCOUNT)))
+        params = {"queue": self._key, "older": older_than_s}
+        return int((yield Statement(self._sql.purge_dead_older, params, Fetch.ROWCOUNT)))
+
     def ack(self, job_id: int, attempts: int, worker_id: str) -> Plan[bool]:
         yield Operation(f"ack job {job_id}")
         params = _holds(job_id, attempts, worker_id)
@@ -173,7 +228,7 @@ class QueuePlans:
 
 _CLAIMED = (
     "id", "payload", "priority", "attempts", "max_attempts", "run_at", "deadline",
-    "backoff_base_s", "visibility_timeout_s",
+    "backoff_base_s", "visibility_timeout_s", "key",
 )  # fmt: skip
 """The columns ``claim`` returns, as keywords of ``Job``."""
 
@@ -183,6 +238,8 @@ def _claimed(row: tuple[Any, ...], worker_id: str) -> dict[str, Any]:
     fields = dict(zip(_CLAIMED, row, strict=True))
     fields["payload"] = decode(fields["payload"])
     fields["worker_id"] = worker_id
+    if fields["key"] is not None:
+        fields["key"] = unstored(fields["key"])
     return fields
 
 
@@ -222,6 +279,12 @@ class PostgresQueue(Queue):
     def _until_ready(self) -> float | None:
         return self._store.run(self._plans.until_ready())
 
+    def _requeue_dead(self, job_ids: list[int] | None, reset_attempts: bool) -> int:
+        return self._store.run(self._plans.requeue_dead(job_ids, reset_attempts, self.opts))
+
+    def _purge_dead(self, older_than_s: float | None) -> int:
+        return self._store.run(self._plans.purge_dead(older_than_s))
+
     def _ack_job(self, job: Job) -> bool:
         return self._store.run(self._plans.ack(job.id, job.attempts, job.worker_id))
 
@@ -250,10 +313,10 @@ def job_info(row: tuple[Any, ...], *, dead: bool) -> JobInfo:
         :9
     ]
     if dead:
-        worker_id, last_error, died_at = row[9:]
+        worker_id, key, last_error, died_at = row[9:]
         deadline, state = None, "dead"
     else:
-        worker_id, deadline, last_error = row[9:]
+        worker_id, key, deadline, last_error = row[9:]
         died_at, state = None, "pending" if deadline is None else "processing"
     return JobInfo(
         id=job_id, queue=unstored(queue), state=state, payload=decode(payload),  # type: ignore[arg-type]
@@ -261,4 +324,5 @@ def job_info(row: tuple[Any, ...], *, dead: bool) -> JobInfo:
         created_at=created_at, expires_at=expires_at,
         worker_id=None if worker_id is None else unstored(worker_id), deadline=deadline,
         last_error=None if last_error is None else unstored(last_error), died_at=died_at,
+        key=None if key is None else unstored(key),
     )  # fmt: skip

@@ -1,7 +1,8 @@
 """The engine's schema: created or migrated on open under an advisory lock, then checked.
 
 Version 1 indexed names themselves; version 2 indexes their keys (``_sql``),
-so names too long for a btree entry work. A version-1 schema is migrated in
+so names too long for a btree entry work; version 3 adds unique job keys and
+the stamps a requeued dead letter gets back. An older schema is migrated in
 place, rows kept, by the first process to open it.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 from alkstore import Database
 from alkstore_postgres._plan import Fetch, Operation, Plan, Statement
-from alkstore_postgres._sql import INDEXES, SCHEMA_DDL, TABLES, key_of, render
+from alkstore_postgres._sql import INDEXES, SCHEMA_DDL, TABLES, UNIQUE_INDEXES, key_of, render
 
 __all__ = ["SCHEMA_VERSION", "migration"]
 
@@ -48,10 +49,17 @@ _V1_TO_V2 = (
     # the indexes dropped above come back on keys with the current schema's DDL
 )
 
-_MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2}
+_V2_TO_V3 = (
+    "ALTER TABLE {s}.jobs ADD COLUMN key text, ADD COLUMN key_digest bytea",
+    "ALTER TABLE {s}.dead ADD COLUMN key text, ADD COLUMN visibility_timeout_s double precision, "
+    "ADD COLUMN backoff_base_s double precision",
+    # the unique index on job keys comes with the current schema's DDL
+)
+
+_MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2, 2: _V2_TO_V3}
 """Templates taking a schema from the version they are keyed by to the next one."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # One query over the catalog, no table read: every engine table's columns with
 # their types, and every engine index (relkind 'i', no columns listed).
@@ -82,7 +90,7 @@ class _Shape:
     @classmethod
     def read(cls, schema: str) -> Plan[_Shape]:
         """The shape of ``schema`` as the catalog says now."""
-        names = [*TABLES, *(f"{table}_pkey" for table in TABLES), *INDEXES]
+        names = [*TABLES, *(f"{table}_pkey" for table in TABLES), *INDEXES, *UNIQUE_INDEXES]
         return cls((yield Statement(_SHAPE, {"schema": schema, "names": names}, Fetch.ALL)))
 
     def problems(self) -> list[str]:
@@ -104,7 +112,7 @@ class _Shape:
                 for name in have
                 if name not in expected
             )
-        wanted = [*(f"{table}_pkey" for table in TABLES), *INDEXES]
+        wanted = [*(f"{table}_pkey" for table in TABLES), *INDEXES, *UNIQUE_INDEXES]
         found.extend(f"index {index} is missing" for index in wanted if index not in self.indexes)
         return found
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 from psycopg import sql
 
-__all__ = ["INDEXES", "SCHEMA_DDL", "TABLES", "Statements", "key_of", "render"]
+__all__ = ["INDEXES", "SCHEMA_DDL", "TABLES", "UNIQUE_INDEXES", "Statements", "key_of", "render"]
 
 NOW = "extract(epoch FROM statement_timestamp())::float8"
 
@@ -44,6 +44,7 @@ _KEYS = {
     "stream_key": key_of("%(stream)s"),
     "consumer_key": key_of("%(consumer)s"),
     "name_key": key_of("%(name)s"),
+    "job_key_digest": key_of("%(job_key)s"),
 }
 
 Column = tuple[str, str, str]
@@ -69,6 +70,8 @@ TABLES: Mapping[str, tuple[tuple[Column, ...], tuple[str, ...]]] = {
             ("worker_id", "text", ""),
             ("deadline", "double precision", ""),
             ("last_error", "text", ""),
+            ("key", "text", ""),
+            ("key_digest", "bytea", ""),
         ),
         ("id",),
     ),
@@ -88,6 +91,9 @@ TABLES: Mapping[str, tuple[tuple[Column, ...], tuple[str, ...]]] = {
             ("worker_id", "text", ""),
             ("last_error", "text", ""),
             ("died_at", "double precision", "NOT NULL"),
+            ("key", "text", ""),
+            ("visibility_timeout_s", "double precision", ""),
+            ("backoff_base_s", "double precision", ""),
         ),
         ("id",),
     ),
@@ -156,6 +162,12 @@ INDEXES: Mapping[str, str] = {
 }
 """The secondary indexes, by name: what each is ``ON``."""
 
+UNIQUE_INDEXES: Mapping[str, str] = {
+    # At most one live job per (queue, key): a job key's digest, as for names.
+    "jobs_key": "{s}.jobs (queue_key, key_digest) WHERE key_digest IS NOT NULL",
+}
+"""The unique secondary indexes, by name: what each is ``ON``."""
+
 
 def _table_ddl(table: str) -> str:
     columns, primary_key = TABLES[table]
@@ -171,6 +183,7 @@ def _quoted(column: str) -> str:
 SCHEMA_DDL: tuple[str, ...] = (
     *(_table_ddl(table) for table in TABLES),
     *(f"CREATE INDEX IF NOT EXISTS {name} ON {on}" for name, on in INDEXES.items()),
+    *(f"CREATE UNIQUE INDEX IF NOT EXISTS {name} ON {on}" for name, on in UNIQUE_INDEXES.items()),
 )
 """Templates creating the current schema where it is absent (``meta`` first)."""
 
@@ -213,17 +226,18 @@ def render_bound(template: str, schema: str) -> str:
 
 _DEAD_COLUMNS = (
     "id, queue_key, queue, payload, priority, run_at, created_at, expires_at, attempts, "
-    "max_attempts, retention_s, worker_id, last_error, died_at"
+    "max_attempts, retention_s, worker_id, key, visibility_timeout_s, backoff_base_s, "
+    "last_error, died_at"
 )
 _MOVED = (
     "id, queue_key, queue, payload, priority, run_at, created_at, expires_at, attempts, "
-    "max_attempts, retention_s, worker_id"
+    "max_attempts, retention_s, worker_id, key, visibility_timeout_s, backoff_base_s"
 )
 HOLDS = "id = %(id)s AND attempts = %(attempts)s AND worker_id = %(worker)s AND deadline >= {now}"
 READY = "deadline IS NULL AND run_at <= {now} AND (expires_at IS NULL OR expires_at > {now})"
 _LISTED = (
     "id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts, "
-    "worker_id"
+    "worker_id, key"
 )
 
 
@@ -233,13 +247,27 @@ class Statements:
     def __init__(self, schema: str) -> None:  # noqa: PLR0915 - one statement per SQL statement
         self.schema = schema
         render = functools.partial(_render_in, schema)
-        self.enqueue = render(
+        insert_job = (
             "INSERT INTO {s}.jobs (queue_key, queue, payload, priority, run_at, created_at, "
-            "expires_at, max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
+            "expires_at, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, "
+            "key, key_digest) "
             "VALUES ({queue_key}, %(queue)s, %(payload)s, %(priority)s, "
             "COALESCE(%(run_at)s, {now} + %(delay)s), {now}, {now} + %(expires_in)s, "
-            "%(max_attempts)s, %(visibility)s, %(backoff)s, %(retention)s) "
-            "RETURNING id, pg_notify(%(channel)s, %(key)s)"
+            "%(max_attempts)s, %(visibility)s, %(backoff)s, %(retention)s, "
+            "%(job_key)s, {job_key_digest}) "
+        )
+        inserted = "RETURNING id, pg_notify(%(channel)s, %(key)s)"
+        self.enqueue = render(insert_job + inserted)
+        # A keyed job whose key a live job of its queue holds: nothing is written
+        # (the insert waits for a transaction inserting the same key to end).
+        self.enqueue_keyed = render(
+            insert_job
+            + "ON CONFLICT (queue_key, key_digest) WHERE key_digest IS NOT NULL DO NOTHING "
+            + inserted
+        )
+        self.live_job_with_key = render(
+            "SELECT id, expires_at <= {now} FROM {s}.jobs WHERE queue_key = {queue_key} "
+            "AND key_digest = {job_key_digest}"
         )
         # Buffered enqueues of a transaction: ids reserved ahead, rows sent together.
         self.reserve_job_ids = render(
@@ -284,7 +312,7 @@ class Statements:
             "AND (expires_at IS NULL OR expires_at > {now}) "
             "ORDER BY priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED) "
             "RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, "
-            "backoff_base_s, visibility_timeout_s"
+            "backoff_base_s, visibility_timeout_s, key"
         )
         self.ack = render("DELETE FROM {s}.jobs WHERE " + HOLDS)
         # A NULL attempt acks any unexpired claim by the worker; a number only that claim.
@@ -322,13 +350,11 @@ class Statements:
             "DELETE FROM {s}.dead WHERE id = %(id)s AND queue_key = {queue_key}"
         )
         self.get_live = render(
-            "SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, "
-            "max_attempts, worker_id, deadline, last_error "
+            f"SELECT {_LISTED}, deadline, last_error "
             "FROM {s}.jobs WHERE id = %(id)s AND queue_key = {queue_key}"
         )
         self.get_dead = render(
-            "SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, "
-            "max_attempts, worker_id, last_error, died_at "
+            f"SELECT {_LISTED}, last_error, died_at "
             "FROM {s}.dead WHERE id = %(id)s AND queue_key = {queue_key}"
         )
         self.expired_to_dead = render(
@@ -337,9 +363,38 @@ class Statements:
             f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) "
             f"SELECT {_MOVED}, %(expired)s, {{now}} FROM moved"
         )
+        self.expired_one_to_dead = render(
+            f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE id = %(id)s "
+            f"AND expires_at <= {{now}} RETURNING {_MOVED}) "
+            f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) "
+            f"SELECT {_MOVED}, %(expired)s, {{now}} FROM moved"
+        )
         self.purge_dead = render(
             "DELETE FROM {s}.dead WHERE queue_key = {queue_key} AND retention_s IS NOT NULL "
             "AND died_at + retention_s <= {now}"
+        )
+        # Dead letters back to pending, ready now and no longer expiring, each
+        # row locked first: a requeue racing this one skips the rows this one
+        # moved. A row whose key a live job holds (or an earlier row of this
+        # move took) conflicts and stays dead. Returns how many moved.
+        requeue = (
+            "WITH moved AS (INSERT INTO {s}.jobs (id, queue_key, queue, payload, priority, "
+            "run_at, created_at, expires_at, attempts, max_attempts, visibility_timeout_s, "
+            "backoff_base_s, retention_s, worker_id, last_error, key, key_digest) "
+            "OVERRIDING SYSTEM VALUE SELECT id, queue_key, queue, payload, priority, {now}, "
+            "created_at, NULL, CASE WHEN %(reset)s THEN 0 ELSE attempts END, max_attempts, "
+            "COALESCE(visibility_timeout_s, %(visibility)s), "
+            "COALESCE(backoff_base_s, %(backoff)s), retention_s, worker_id, last_error, "
+            f"key, {key_of('key')} FROM {{s}}.dead WHERE queue_key = {{queue_key}} "
+            "{only} ORDER BY id FOR UPDATE ON CONFLICT DO NOTHING RETURNING id), "
+            "gone AS (DELETE FROM {s}.dead WHERE id IN (SELECT id FROM moved) RETURNING id) "
+            "SELECT count(*) FROM gone"
+        )
+        self.requeue_dead = render(requeue.replace("{only}", ""))
+        self.requeue_dead_ids = render(requeue.replace("{only}", "AND id = ANY(%(ids)s)"))
+        self.purge_dead_all = render("DELETE FROM {s}.dead WHERE queue_key = {queue_key}")
+        self.purge_dead_older = render(
+            "DELETE FROM {s}.dead WHERE queue_key = {queue_key} AND died_at <= {now} - %(older)s"
         )
         self.next_ready = render(
             "SELECT LEAST("
@@ -451,7 +506,7 @@ class Statements:
             "UNION ALL SELECT queue, 0, 0, 0, 0, count(*), NULL FROM {s}.dead GROUP BY queue"
             ") AS counts GROUP BY queue"
         )
-        # Live and dead rows in one shape: ..., deadline, last_error, died_at.
+        # Live and dead rows in one shape: ..., key, deadline, last_error, died_at.
         live = f"SELECT {_LISTED}, deadline, last_error, NULL::float8 AS died_at FROM {{s}}.jobs"
         pending = f"{live} WHERE queue_key = {{queue_key}} AND deadline IS NULL"
         claimed = f"{live} WHERE queue_key = {{queue_key}} AND deadline IS NOT NULL"

@@ -118,7 +118,7 @@ class TxPlans:
 
     def enqueue(self, queue: str, stamp: JobStamp, payload_json: str) -> Plan[int]:
         yield Operation(f"enqueue into {queue!r}")
-        if self._jobs is None:
+        if self._jobs is None or stamp.key is not None:  # a keyed one may write nothing
             return (
                 yield from self._with_pending(insert_job(self._sql, queue, stamp, payload_json))
             )

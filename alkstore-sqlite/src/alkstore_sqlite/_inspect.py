@@ -86,7 +86,7 @@ class SQLiteInspector(Inspector):
 
 def _info(row: tuple[Any, ...]) -> JobInfo:
     """A job from a row of ``_sql.LIST_JOBS``: ``JOB_COLUMNS``, then ``died_at``."""
-    *columns, deadline, last_error, died_at = row
+    *columns, deadline, last_error, key, died_at = row
     if died_at is None:
-        return job_info((*columns, deadline, last_error), dead=False)
-    return job_info((*columns, last_error, died_at), dead=True)
+        return job_info((*columns, deadline, last_error, key), dead=False)
+    return job_info((*columns, last_error, died_at, key), dead=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
@@ -30,11 +31,31 @@ __all__ = ["SQLiteQueue", "insert_job", "job_info", "job_row"]
 def insert_job(
     connection: sqlite3.Connection, queue: str, stamp: JobStamp, payload_json: str
 ) -> int:
-    """Insert a job row stamped with ``stamp`` on ``connection``; return its id."""
-    cursor = connection.execute(_sql.ENQUEUE, job_row(queue, stamp, payload_json))
-    job_id = cursor.lastrowid
-    assert job_id is not None
-    return job_id
+    """Insert a job row stamped with ``stamp`` on ``connection``; return its id.
+
+    A keyed job whose key a live job of ``queue`` holds is not inserted: the
+    live job's id is returned. One past its expiry is never handed out again,
+    so it holds no key: it goes to dead letters (as ``sweep_expired`` would
+    move it) and the new job is inserted. Inside a transaction only (it holds
+    the write lock from the insert on, so the live job cannot go meanwhile).
+    """
+    row = job_row(queue, stamp, payload_json)
+    if stamp.key is None:
+        job_id = connection.execute(_sql.ENQUEUE, row).lastrowid
+        assert job_id is not None
+        return job_id
+    inserted = connection.execute(_sql.ENQUEUE_KEYED, row).fetchone()
+    if inserted is not None:
+        return int(inserted[0])
+    live = connection.execute(_sql.LIVE_JOB_WITH_KEY, (queue, stamp.key)).fetchone()
+    assert live is not None, "a conflict on the key index without a live row"
+    live_id, expires_at = live
+    now = time.time()
+    if expires_at is None or expires_at > now:
+        return int(live_id)
+    connection.execute(_sql.EXPIRED_ONE_TO_DEAD, (EXPIRED, now, live_id))
+    connection.execute(_sql.DELETE_BY_ID, (live_id,))
+    return int(connection.execute(_sql.ENQUEUE_KEYED, row).fetchone()[0])
 
 
 def job_row(queue: str, stamp: JobStamp, payload_json: str) -> tuple[Any, ...]:
@@ -45,6 +66,7 @@ def job_row(queue: str, stamp: JobStamp, payload_json: str) -> tuple[Any, ...]:
     return (
         queue, payload_json, stamp.priority, run_at, now, expires_at, stamp.max_attempts,
         stamp.visibility_timeout_s, stamp.backoff_base_s, stamp.dead_letter_retention_s,
+        stamp.key,
     )  # fmt: skip
 
 
@@ -54,6 +76,9 @@ class SQLiteQueue(Queue):
     _store: SQLiteStore
 
     def _enqueue(self, stamp: JobStamp, payload_json: str) -> int:
+        if stamp.key is not None:  # two statements: see insert_job
+            with translate(f"enqueue into {self.name!r}"), self._store.in_transaction() as c:
+                return insert_job(c, self.name, stamp, payload_json)
         with translate(f"enqueue into {self.name!r}"), self._store.connection() as connection:
             job_id = insert_job(connection, self.name, stamp, payload_json)
         self._store.committed()
@@ -79,11 +104,12 @@ class SQLiteQueue(Queue):
         connection.execute(_sql.LAPSED_TO_PENDING, (self.name, now))
 
     def _job(self, row: tuple[Any, ...], worker_id: str) -> Job:
-        job_id, payload, priority, attempts, max_attempts, run_at, deadline, backoff, lease = row
+        (job_id, payload, priority, attempts, max_attempts, run_at, deadline, backoff, lease,
+         key) = row  # fmt: skip
         return Job(
             queue=self, id=job_id, payload=decode(payload), priority=priority,
             attempts=attempts, max_attempts=max_attempts, run_at=run_at, deadline=deadline,
-            worker_id=worker_id, backoff_base_s=backoff, visibility_timeout_s=lease,
+            worker_id=worker_id, backoff_base_s=backoff, visibility_timeout_s=lease, key=key,
         )  # fmt: skip
 
     def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
@@ -119,6 +145,26 @@ class SQLiteQueue(Queue):
             self._release_lapsed(connection, now)
             connection.execute(_sql.PURGE_DEAD, (self.name, now))
         return moved
+
+    def _requeue_dead(self, job_ids: list[int] | None, reset_attempts: bool) -> int:
+        params = {
+            "queue": self.name, "now": time.time(), "reset": reset_attempts,
+            "visibility": self.opts.visibility_timeout_s, "backoff": self.opts.backoff_base_s,
+        }  # fmt: skip
+        statement = _sql.REQUEUE_DEAD
+        if job_ids is not None:
+            statement, params["ids"] = _sql.REQUEUE_DEAD_IDS, json.dumps(job_ids)
+        with translate(f"requeue dead jobs of {self.name!r}"), self._store.in_transaction() as c:
+            moved = [row[0] for row in c.execute(statement, params).fetchall()]
+            if moved:
+                c.execute(_sql.DELETE_DEAD_BY_IDS, (json.dumps(moved),))
+                c.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", params["now"]))
+        return len(moved)
+
+    def _purge_dead(self, older_than_s: float | None) -> int:
+        cutoff = math.inf if older_than_s is None else time.time() - older_than_s
+        with translate(f"purge dead jobs of {self.name!r}"), self._store.connection() as c:
+            return c.execute(_sql.PURGE_DEAD_BEFORE, (self.name, cutoff)).rowcount
 
     def _until_ready(self) -> float | None:
         now = time.time()
@@ -175,19 +221,20 @@ class SQLiteQueue(Queue):
 
 def job_info(row: tuple[Any, ...], *, dead: bool) -> JobInfo:
     """A job from a row of ``_sql.GET_LIVE`` (``dead=False``) or ``_sql.GET_DEAD``
-    (``dead=True``): ``JOB_COLUMNS``, with ``died_at`` in place of ``deadline`` if dead."""
+    (``dead=True``): ``JOB_COLUMNS``, with ``died_at`` in place of ``deadline`` if dead
+    (``last_error`` before it) and ``key`` last."""
     (job_id, queue, payload, priority, run_at, created_at, expires_at, attempts,
      max_attempts, worker_id) = row[:10]  # fmt: skip
     state: JobState
     if dead:
-        last_error, died_at = row[10:]
+        last_error, died_at, key = row[10:]
         deadline, state = None, "dead"
     else:
-        deadline, last_error = row[10:]
+        deadline, last_error, key = row[10:]
         died_at, state = None, "pending" if deadline is None else "processing"
     return JobInfo(
         id=job_id, queue=queue, state=state, payload=decode(payload), priority=priority,
         attempts=attempts, max_attempts=max_attempts, run_at=run_at, created_at=created_at,
         expires_at=expires_at, worker_id=worker_id, deadline=deadline, last_error=last_error,
-        died_at=died_at,
+        died_at=died_at, key=key,
     )  # fmt: skip

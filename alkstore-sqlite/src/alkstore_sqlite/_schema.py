@@ -103,11 +103,21 @@ CREATE TABLE __alkstore_schedules (
 ) WITHOUT ROWID;
 """
 
+# Unique jobs: at most one live job per (queue, key); dead letters keep their
+# key and the stamps a requeue gives back (NULL in rows that died before).
+_V2 = """
+ALTER TABLE __alkstore_jobs ADD COLUMN key TEXT;
+CREATE UNIQUE INDEX __alkstore_jobs_key ON __alkstore_jobs (queue, key) WHERE key IS NOT NULL;
+ALTER TABLE __alkstore_dead ADD COLUMN key TEXT;
+ALTER TABLE __alkstore_dead ADD COLUMN visibility_timeout_s REAL;
+ALTER TABLE __alkstore_dead ADD COLUMN backoff_base_s REAL;
+"""
+
 _META = (
     "CREATE TABLE IF NOT EXISTS __alkstore_meta "
     "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
 )
-_MIGRATIONS = (_V1,)
+_MIGRATIONS = (_V1, _V2)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 # Every engine table with its columns, one row per column (pragma_table_info

@@ -11,22 +11,39 @@ __all__: list[str] = []
 
 JOB_COLUMNS = (
     "id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts, "
-    "worker_id, deadline, last_error"
+    "worker_id, deadline, last_error, key"
 )
 
 ENQUEUE = """
 INSERT INTO __alkstore_jobs (queue, payload, priority, run_at, created_at, expires_at,
-    max_attempts, visibility_timeout_s, backoff_base_s, retention_s)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+
+# A keyed job is written only if no live job of its queue has its key: else
+# nothing is written, nothing returned, and LIVE_JOB_WITH_KEY names the one.
+ENQUEUE_KEYED = f"""
+{ENQUEUE} ON CONFLICT (queue, key) WHERE key IS NOT NULL DO NOTHING RETURNING id
+"""
+
+LIVE_JOB_WITH_KEY = "SELECT id, expires_at FROM __alkstore_jobs WHERE queue = ? AND key = ?"
 
 # A transaction's later enqueues, sent together: it holds the write lock, so
 # the ids after its first insert are known (AUTOINCREMENT: the largest + 1).
 ENQUEUE_WITH_ID = """
 INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
-    max_attempts, visibility_timeout_s, backoff_base_s, retention_s)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+
+# The head of every move of live jobs to dead letters; last_error and died_at are bound.
+_TO_DEAD = """
+INSERT INTO __alkstore_dead (id, queue, payload, priority, run_at, created_at, expires_at,
+    attempts, max_attempts, retention_s, worker_id, last_error, died_at, key,
+    visibility_timeout_s, backoff_base_s)
+SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
+    retention_s, worker_id, ?, ?, key, visibility_timeout_s, backoff_base_s
+FROM __alkstore_jobs"""
 
 ANY_LAPSED = """
 SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND deadline < ? LIMIT 1
@@ -35,12 +52,8 @@ SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND deadline < ? LIMIT 1
 # A lapsed claim either returns the job to pending (the next claim consumes
 # an attempt) or, with no attempts left, sends it to dead letters; the
 # dead letter's last_error is bound (core's LAPSED_ON_LAST_ATTEMPT).
-LAPSED_TO_DEAD = """
-INSERT INTO __alkstore_dead (id, queue, payload, priority, run_at, created_at, expires_at,
-    attempts, max_attempts, retention_s, worker_id, last_error, died_at)
-SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
-    retention_s, worker_id, ?, ?
-FROM __alkstore_jobs WHERE queue = ? AND deadline < ? AND attempts >= max_attempts
+LAPSED_TO_DEAD = f"""
+{_TO_DEAD} WHERE queue = ? AND deadline < ? AND attempts >= max_attempts
 """
 
 DELETE_LAPSED_DEAD = """
@@ -62,7 +75,7 @@ WHERE id IN (
     LIMIT ?
 )
 RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, backoff_base_s,
-    visibility_timeout_s
+    visibility_timeout_s, key
 """
 
 # A claim holds while its row has the same id, attempt count and worker, and
@@ -89,14 +102,12 @@ HEARTBEAT = f"UPDATE __alkstore_jobs SET deadline = ? WHERE {HOLDS}"
 RELEASE = f"UPDATE __alkstore_jobs SET deadline = NULL, attempts = attempts - 1 WHERE {HOLDS}"
 
 TO_DEAD_IF_HELD = f"""
-INSERT INTO __alkstore_dead (id, queue, payload, priority, run_at, created_at, expires_at,
-    attempts, max_attempts, retention_s, worker_id, last_error, died_at)
-SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
-    retention_s, worker_id, ?, ?
-FROM __alkstore_jobs WHERE {HOLDS}
+{_TO_DEAD} WHERE {HOLDS}
 """
 
 DELETE_BY_ID = "DELETE FROM __alkstore_jobs WHERE id = ?"
+
+EXPIRED_ONE_TO_DEAD = f"{_TO_DEAD} WHERE id = ?"
 
 CANCEL_LIVE = "DELETE FROM __alkstore_jobs WHERE id = ? AND queue = ?"
 CANCEL_DEAD = "DELETE FROM __alkstore_dead WHERE id = ? AND queue = ?"
@@ -104,17 +115,13 @@ CANCEL_DEAD = "DELETE FROM __alkstore_dead WHERE id = ? AND queue = ?"
 GET_LIVE = f"SELECT {JOB_COLUMNS} FROM __alkstore_jobs WHERE id = ? AND queue = ?"
 GET_DEAD = """
 SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
-    worker_id, last_error, died_at
+    worker_id, last_error, died_at, key
 FROM __alkstore_dead WHERE id = ? AND queue = ?
 """
 
 # The dead letter's last_error is bound (core's EXPIRED).
-EXPIRED_TO_DEAD = """
-INSERT INTO __alkstore_dead (id, queue, payload, priority, run_at, created_at, expires_at,
-    attempts, max_attempts, retention_s, worker_id, last_error, died_at)
-SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
-    retention_s, worker_id, ?, ?
-FROM __alkstore_jobs WHERE queue = ? AND expires_at <= ?
+EXPIRED_TO_DEAD = f"""
+{_TO_DEAD} WHERE queue = ? AND expires_at <= ?
 """
 
 DELETE_EXPIRED = "DELETE FROM __alkstore_jobs WHERE queue = ? AND expires_at <= ?"
@@ -123,6 +130,30 @@ PURGE_DEAD = """
 DELETE FROM __alkstore_dead
 WHERE queue = ? AND retention_s IS NOT NULL AND died_at + retention_s <= ?
 """
+
+# Dead letters back to pending, ready now and no longer expiring: bound
+# :queue, :now, :reset (attempts back to 0) and the stamps for rows that died
+# before dead letters kept them; REQUEUE_DEAD_IDS also :ids, a JSON array. A
+# row whose key a live job holds conflicts and stays dead; moved ids return.
+_REQUEUE_DEAD = """
+INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
+    attempts, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, worker_id,
+    last_error, key)
+SELECT id, queue, payload, priority, :now, created_at, NULL,
+    CASE WHEN :reset THEN 0 ELSE attempts END, max_attempts,
+    COALESCE(visibility_timeout_s, :visibility), COALESCE(backoff_base_s, :backoff),
+    retention_s, worker_id, last_error, key
+FROM __alkstore_dead WHERE queue = :queue {only} ORDER BY id
+ON CONFLICT DO NOTHING RETURNING id
+"""
+REQUEUE_DEAD = _REQUEUE_DEAD.format(only="")
+REQUEUE_DEAD_IDS = _REQUEUE_DEAD.format(only="AND id IN (SELECT value FROM json_each(:ids))")
+
+DELETE_DEAD_BY_IDS = """
+DELETE FROM __alkstore_dead WHERE id IN (SELECT value FROM json_each(?))
+"""
+
+PURGE_DEAD_BEFORE = "DELETE FROM __alkstore_dead WHERE queue = ? AND died_at <= ?"
 
 NEXT_READY = """
 SELECT MIN(t) FROM (
@@ -235,11 +266,11 @@ FROM (
 GROUP BY queue
 """
 
-# Live and dead rows in one shape: JOB_COLUMNS, then died_at (NULL unless dead).
+# Live and dead rows in one shape: JOB_COLUMNS (key last), then died_at (NULL unless dead).
 _LIVE_JOBS = f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs WHERE queue = :queue"
 _DEAD_JOBS = """
 SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
-    worker_id, NULL, last_error, died_at
+    worker_id, NULL, last_error, key, died_at
 FROM __alkstore_dead WHERE queue = :queue
 """
 _PENDING_JOBS = f"{_LIVE_JOBS} AND deadline IS NULL"

@@ -46,6 +46,8 @@ _PRUNE_EVERY = 256
 class SQLiteStore(Store):
     """A store in one SQLite file, shared by any number of threads and processes."""
 
+    job_keys = True
+
     def __init__(self, path: str, settings: Settings) -> None:
         super().__init__(path, CAPABILITIES, scheduler_lease_s=settings.scheduler_lease_s)
         self.path = path

@@ -47,6 +47,10 @@ class SQLiteTx(TxHandle):
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
         self._check_still_open()
+        if stamp.key is not None:  # may write nothing: its id is known only once it ran
+            self._send_jobs()
+            with translate(f"enqueue into {queue!r}"):
+                return insert_job(self._connection, queue, stamp, payload_json)
         if self._next_job_id is None:
             with translate(f"enqueue into {queue!r}"):
                 job_id = insert_job(self._connection, queue, stamp, payload_json)

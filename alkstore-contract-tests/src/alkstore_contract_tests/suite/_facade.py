@@ -260,6 +260,16 @@ class QueueFacade(Facade):
     def sweep_expired(self) -> int:
         return self._loop.run(self._inner.sweep_expired)
 
+    def requeue_dead(
+        self, job_ids: Iterable[int] | None = None, *, reset_attempts: bool = True
+    ) -> int:
+        return self._loop.run(
+            lambda: self._inner.requeue_dead(job_ids, reset_attempts=reset_attempts)
+        )
+
+    def purge_dead(self, older_than_s: float | None = None) -> int:
+        return self._loop.run(lambda: self._inner.purge_dead(older_than_s))
+
     def wait(self, timeout: float | None) -> bool:
         return self._loop.run(lambda: self._inner.wait(timeout))
 
@@ -308,6 +318,10 @@ class JobFacade(Facade):
     @property
     def visibility_timeout_s(self) -> float | None:
         return self._inner.visibility_timeout_s
+
+    @property
+    def key(self) -> str | None:
+        return self._inner.key
 
     def payload_as(self, kind: type[T]) -> T:
         return self._inner.payload_as(kind)

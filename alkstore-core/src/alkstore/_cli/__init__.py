@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
-from alkstore._cli import _acting, _inspecting, _long_running
+from alkstore._cli import _acting, _inspecting, _long_running, _operating
 from alkstore._cli._common import (
     DEFAULT_DSN,
     EXIT_ERROR,
@@ -27,7 +27,8 @@ _EPILOG = f"""\
 The store is --dsn, else $ALKSTORE_DSN, else {DEFAULT_DSN} (SQLite).
 Exit codes: 0 done; {EXIT_ERROR} error (one line on stderr; --debug for the
 traceback); {EXIT_USAGE} bad usage or input; {EXIT_NOTHING} nothing there
-(unschedule of an unknown name, listen or tail --timeout that saw nothing).
+(unschedule or cancel of an unknown name or id, requeue-dead or purge-dead
+that found nothing to move, listen or tail --timeout that saw nothing).
 """
 
 
@@ -97,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_common_options(parser, dsn=None, flag=False)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_core_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (_inspecting, _acting, _long_running):
+    for module in (_inspecting, _acting, _operating, _long_running):
         module.register(commands, common)
     return parser
 

@@ -32,6 +32,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     ready.add_argument(
         "--run-at", type=timestamp, help="when it is ready: Unix seconds or ISO 8601"
     )
+    enqueue.add_argument(
+        "--key", help="a unique key: no second live job with it (prints the live job's id)"
+    )
     _add_job_options(enqueue)
 
     publish = command(commands, common, "publish", "append an event to a stream")(_publish)
@@ -68,7 +71,7 @@ def _add_job_options(parser: argparse.ArgumentParser) -> None:
 def _enqueue(arguments: argparse.Namespace) -> int:
     opts = EnqueueOpts(
         delay=arguments.delay, run_at=arguments.run_at, priority=arguments.priority,
-        max_attempts=arguments.max_attempts, expires=arguments.expires,
+        max_attempts=arguments.max_attempts, expires=arguments.expires, key=arguments.key,
     )  # fmt: skip
     with opened_store(arguments, creates=True) as store:
         job_id = store.queue(arguments.queue).enqueue(arguments.payload, opts)

@@ -91,6 +91,7 @@ class Row:
     deadline: float | None = None
     last_error: str | None = None
     died_at: float | None = None
+    key: str | None = None
 
 
 class Database:
@@ -129,6 +130,16 @@ class Database:
         row.last_error, row.died_at, row.deadline = error, now, None
         self.dead[row.id] = row
 
+    def live_job_with_key(self, queue: str, key: str, now: float) -> int | None:
+        """The id of the live job of ``queue`` holding ``key``, if there is one. One past
+        its expiry holds none (it is never handed out again): it goes to dead letters."""
+        for row in list(self.jobs.values()):
+            if row.queue == queue and row.key == key:
+                if row.expires_at is None or row.expires_at > now:
+                    return row.id
+                self.to_dead(row, EXPIRED, now)
+        return None
+
 
 def job_info(row: Row) -> JobInfo:
     """What ``get_job`` and the inspector show of a row."""
@@ -142,7 +153,7 @@ def job_info(row: Row) -> JobInfo:
         priority=row.priority, attempts=row.attempts, max_attempts=row.max_attempts,
         run_at=row.run_at, created_at=row.created_at, expires_at=row.expires_at,
         worker_id=row.worker_id, deadline=row.deadline, last_error=row.last_error,
-        died_at=row.died_at,
+        died_at=row.died_at, key=row.key,
     )  # fmt: skip
 
 
@@ -167,6 +178,8 @@ class MemoryConnection:
         self.wakes: set[str] = set()
         self.saved: dict[tuple[str, str], int] = {}
         self.published: list[tuple[int, str, str | None, str, float]] = []
+        self.keyed: dict[tuple[str, str], int] = {}
+        """The keyed jobs this transaction enqueued: (queue, key) to id."""
 
     def begin(self) -> None:
         self.db.lock.acquire()
@@ -193,6 +206,7 @@ class MemoryConnection:
 
     def _end(self) -> None:
         self.writes, self.wakes, self.saved, self.published = [], set(), {}, []
+        self.keyed = {}
         self.in_transaction = False
         self.db.lock.release()
 
@@ -227,6 +241,8 @@ class MemoryTx(TxHandle):
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
         self._check_still_open()
+        if stamp.key is not None and (live := self._live_job_with_key(queue, stamp.key)):
+            return live
         now = time.time()
         row = Row(
             id=next(self.db.ids), queue=queue, payload=payload_json, priority=stamp.priority,
@@ -235,10 +251,22 @@ class MemoryTx(TxHandle):
             expires_at=None if stamp.expires_in_s is None else now + stamp.expires_in_s,
             max_attempts=stamp.max_attempts, visibility_timeout_s=stamp.visibility_timeout_s,
             backoff_base_s=stamp.backoff_base_s, retention_s=stamp.dead_letter_retention_s,
+            key=stamp.key,
         )  # fmt: skip
+        if stamp.key is not None:
+            self._connection.keyed[queue, stamp.key] = row.id
         self._connection.writes.append(lambda: self.db.jobs.__setitem__(row.id, row))
         self._connection.wakes.add(queue_wake_key(queue))
         return row.id
+
+    def _live_job_with_key(self, queue: str, key: str) -> int | None:
+        """This transaction's job of ``queue`` with ``key``, else the committed live
+        one (the transaction holds the database: no one races it)."""
+        live = self._connection.keyed.get((queue, key))
+        if live is None:
+            with self.db.state:
+                live = self.db.live_job_with_key(queue, key, time.time())
+        return live
 
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:
         self._check_still_open()
@@ -332,7 +360,7 @@ class MemoryQueue(Queue):
             queue=self, id=row.id, payload=decode(row.payload), priority=row.priority,
             attempts=row.attempts, max_attempts=row.max_attempts, run_at=row.run_at,
             deadline=row.deadline, worker_id=worker_id, backoff_base_s=row.backoff_base_s,
-            visibility_timeout_s=row.visibility_timeout_s,
+            visibility_timeout_s=row.visibility_timeout_s, key=row.key,
         )  # fmt: skip
 
     def _release_lapsed(self, now: float) -> None:
@@ -398,6 +426,37 @@ class MemoryQueue(Queue):
                     if row.died_at + row.retention_s <= now:
                         del self.db.dead[row.id]
         return moved
+
+    def _requeue_dead(self, job_ids: list[int] | None, reset_attempts: bool) -> int:
+        now, moved = time.time(), 0
+        with self.db.writing():
+            for job_id in sorted(self.db.dead) if job_ids is None else job_ids:
+                row = self.db.dead.get(job_id)
+                if row is None or row.queue != self.name:
+                    continue
+                if row.key is not None and self.db.live_job_with_key(row.queue, row.key, now):
+                    continue  # the key belongs to a live job: this one stays dead
+                del self.db.dead[job_id]
+                row.run_at, row.expires_at, row.died_at, row.deadline = now, None, None, None
+                if reset_attempts:
+                    row.attempts = 0
+                self.db.jobs[job_id] = row
+                moved += 1
+        if moved:
+            self.db.wake({queue_wake_key(self.name)})
+        return moved
+
+    def _purge_dead(self, older_than_s: float | None) -> int:
+        cutoff = time.time() - (older_than_s or 0.0)
+        with self.db.writing():
+            gone = [
+                row.id
+                for row in self.db.dead.values()
+                if row.queue == self.name and (older_than_s is None or (row.died_at or 0) <= cutoff)
+            ]
+            for job_id in gone:
+                del self.db.dead[job_id]
+        return len(gone)
 
     def _until_ready(self) -> float | None:
         now = time.time()
@@ -584,6 +643,8 @@ def _counted_as(row: Row, now: float) -> str:
 class MemoryStore(Store):
     """A store on one in-process database. Subclasses swap the parts below."""
 
+    job_keys = True  # MemoryTx._enqueue_tx honours JobStamp.key (contract 1.4)
+
     tx_class: ClassVar[type[MemoryTx]] = MemoryTx
     queue_class: ClassVar[type[MemoryQueue]] = MemoryQueue
     stream_class: ClassVar[type[MemoryStream]] = MemoryStream
@@ -702,7 +763,7 @@ class MemoryEngine(Engine):
 
     name = "memory"
     schemes = ("memory",)
-    contract_version = "1.0"
+    contract_version = "1.4"
     capabilities = CAPABILITIES
     store_class: ClassVar[type[MemoryStore]] = MemoryStore
 

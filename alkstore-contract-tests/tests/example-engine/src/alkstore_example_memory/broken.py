@@ -41,6 +41,7 @@ __all__ = [
     "NoRollbackEngine",
     "OffsetsBackEngine",
     "OneChannelPerCommitEngine",
+    "ShortSightedKeysEngine",
     "SilentWakeDeathEngine",
     "UpsertMovesScheduleEngine",
 ]
@@ -274,6 +275,24 @@ class _EchoingWakesStore(MemoryStore):
             return receiver
         assert isinstance(receiver, BufferedWakeReceiver)
         return _EchoingReceiver(receiver)  # only a listen() echoes
+
+
+class _KeysSeenOnlyInTheirTransaction(MemoryTx):
+    """Deduplicates a key against the transaction's own enqueues only: a job
+    another transaction committed with the key gets a duplicate."""
+
+    def _live_job_with_key(self, queue: str, key: str) -> int | None:
+        return self._connection.keyed.get((queue, key))
+
+
+class ShortSightedKeysEngine(MemoryEngine):
+    """Lets a keyed enqueue duplicate a live job another transaction committed."""
+
+    name = "memory-short-sighted-keys"
+    schemes = ("memory-short-sighted-keys",)
+    store_class: ClassVar[type[MemoryStore]] = type(
+        "ShortSightedKeysStore", (MemoryStore,), {"tx_class": _KeysSeenOnlyInTheirTransaction}
+    )
 
 
 class LeakyAdoptionEngine(MemoryEngine):
