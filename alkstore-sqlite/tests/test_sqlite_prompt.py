@@ -94,9 +94,9 @@ def test_a_held_write_lock_never_blocks_the_loop(tmp_path: Path) -> None:
 
 
 def test_prompt_writes_leave_checkpoints_to_pooled_connections(tmp_path: Path) -> None:
-    """The prompt connection never checkpoints; every CHECKPOINT_EVERY writes one
-    goes to a thread, which first checkpoints and restarts the WAL: it stays
-    small."""
+    """The prompt connection never checkpoints; every CHECKPOINT_EVERY writes (or
+    CHECKPOINT_TEXT characters of payload) one goes to a thread, which first
+    checkpoints and restarts the WAL: it stays small."""
     target = tmp_path / "a.db"
     payload = "x" * 2000
 

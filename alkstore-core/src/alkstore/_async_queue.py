@@ -142,7 +142,8 @@ class AsyncQueue:
 
     async def _enqueue(self, stamp: JobStamp, payload_json: str) -> int:
         """Insert one job in its own transaction; return its id."""
-        return await self._store._offloaded((await self._twin())._enqueue, stamp, payload_json)
+        twin = self._twin_queue or await self._twin()  # the hot path skips an await
+        return await self._store._offloaded(twin._enqueue, stamp, payload_json)
 
     async def _claim(self, worker_id: str, n: int) -> list[AsyncJob]:
         """Claim up to ``n`` ready jobs (any order); a cancelled claim's jobs lapse."""

@@ -9,7 +9,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from alkstore._adopt import CallerThread, adoptable_async, on_its_thread, refused_kind
 from alkstore._async_inspect import AsyncInspector
@@ -34,6 +34,8 @@ from alkstore._values import Schedule
 __all__ = ["PROMPT_TURN_S", "AsyncStore"]
 
 T = TypeVar("T")
+_PromptCall = Callable[..., Any]
+"""``Store._without_waiting`` of a companion: ``call(hook, *args)``, or ``WouldWait``."""
 
 PROMPT_TURN_S = 0.002
 """Calls an engine runs on the loop's thread (``Store._without_waiting``) give
@@ -69,6 +71,8 @@ class AsyncStore(StoreBasics):
         self._companion_lock = threading.Lock()
         self._open_txs: weakref.WeakSet[AsyncTxHandle] = weakref.WeakSet()
         self._last_turn = 0.0  # when a prompt call last gave the loop a turn
+        self._prompt_call: _PromptCall | Literal[False] | None = None
+        """The companion's ``_without_waiting``; False if it has none; None before it opens."""
 
     # Lifecycle
 
@@ -256,14 +260,17 @@ class AsyncStore(StoreBasics):
         """Await ``call(*args)``, a hook of the companion: run here when the companion
         can run it without waiting (``Store._without_waiting``), else on this
         store's threads (see ``Offloader.run``)."""
-        companion = self._companion_store
-        if companion is not None and type(companion)._without_waiting is not Store._without_waiting:
+        prompt = self._prompt_call
+        if prompt is None and self._companion_store is not None:
+            prompt = self._prompt_call = _prompt_entry(self._companion_store)
+        if prompt:
             if time.monotonic() - self._last_turn >= PROMPT_TURN_S:
                 # A loop of prompt calls must not starve the loop's other tasks.
                 await asyncio.sleep(0)
                 self._last_turn = time.monotonic()
             try:
-                return companion._without_waiting(call, *args)
+                result: T = prompt(call, *args)
+                return result
             except WouldWait:
                 pass
         return await self._offloader.run(call, *args, abandon=abandon)
@@ -370,3 +377,10 @@ def _close_receiver(receiver: WakeReceiver) -> None:
 def _roll_back_quietly(tx: TxHandle) -> None:
     if tx.active:
         tx.rollback()
+
+
+def _prompt_entry(companion: Store) -> _PromptCall | Literal[False]:
+    """``companion._without_waiting`` if its engine overrides it, else False."""
+    if type(companion)._without_waiting is Store._without_waiting:
+        return False
+    return companion._without_waiting

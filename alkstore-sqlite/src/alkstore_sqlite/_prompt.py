@@ -29,14 +29,20 @@ __all__ = ["CHECKPOINT_EVERY", "CHECKPOINT_ROWS", "PromptCalls"]
 
 T = TypeVar("T")
 
-CHECKPOINT_EVERY = 256
+CHECKPOINT_EVERY = 1000
 """After this many prompt writes, the next one is refused and asks the pool for
 a checkpoint that restarts the WAL, which the thread the refused call goes to
 runs first (the prompt connection never checkpoints: the loop's thread must
-not copy pages or flush the disk). Until it ends, prompt writes are refused."""
+not copy pages or flush the disk). Until it ends, prompt writes are refused.
+About SQLite's own cadence (a checkpoint per 1,000 WAL pages, three small
+enqueues' worth each): a checkpoint costs a flush however few pages it
+copies, so fewer, larger ones are cheaper."""
 CHECKPOINT_ROWS = 2048
 """Likewise after prompt writes that changed this many rows (big batches fill
 the WAL faster than many small writes)."""
+CHECKPOINT_TEXT = 2**20
+"""Likewise after prompt writes that carried this many characters of payloads
+and names (big payloads fill it faster too)."""
 
 _READS: frozenset[Callable[..., Any]] = frozenset({
     SQLiteQueue._until_ready, SQLiteQueue._get_job,
@@ -59,6 +65,7 @@ class PromptCalls:
         self._pool = pool
         self._writes = writes
         self._writes_since_checkpoint = 0
+        self._text_since_checkpoint = 0
         self._rows_at_checkpoint = 0  # the prompt connection's total_changes then
 
     def __repr__(self) -> str:
@@ -73,7 +80,7 @@ class PromptCalls:
             raise WouldWait
         with self._pool.prompt():  # from here, the store's close waits for us
             if writes:
-                self._refuse_for_a_checkpoint()
+                self._refuse_for_a_checkpoint(args)
             try:
                 return call(*args)
             except Database as exc:
@@ -81,16 +88,21 @@ class PromptCalls:
                     raise WouldWait from None
                 raise
 
-    def _refuse_for_a_checkpoint(self) -> None:
+    def _refuse_for_a_checkpoint(self, args: tuple[Any, ...]) -> None:
         """Raise ``WouldWait`` when the prompt writes since the last refusal
         may have grown the WAL enough to checkpoint it."""
         if self._pool.checkpoint_pending:
             raise WouldWait
         self._writes_since_checkpoint += 1
+        self._text_since_checkpoint += sum(len(arg) for arg in args if type(arg) is str)
         changes = self._pool.prompt_changes()
         rows = changes - self._rows_at_checkpoint
-        if self._writes_since_checkpoint > CHECKPOINT_EVERY or not 0 <= rows < CHECKPOINT_ROWS:
-            self._writes_since_checkpoint = 0
+        if (
+            self._writes_since_checkpoint > CHECKPOINT_EVERY
+            or self._text_since_checkpoint > CHECKPOINT_TEXT
+            or not 0 <= rows < CHECKPOINT_ROWS
+        ):
+            self._writes_since_checkpoint = self._text_since_checkpoint = 0
             self._rows_at_checkpoint = changes
             self._pool.want_checkpoint()
             raise WouldWait
