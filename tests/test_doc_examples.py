@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).parent.parent / "docs"
-PAGES = ("unique-jobs.md", "dead-letters.md")
+PAGES = ("unique-jobs.md", "dead-letters.md", "tracing.md")
 
 
 def python_blocks(page: str) -> list[str]:

@@ -66,6 +66,7 @@ class AsyncJob(ClaimedJob["AsyncQueue"]):
             attempts=job.attempts, max_attempts=job.max_attempts, run_at=job.run_at,
             deadline=job.deadline, worker_id=job.worker_id, backoff_base_s=job._backoff_base_s,
             visibility_timeout_s=job.visibility_timeout_s, key=job.key,
+            traceparent=job.traceparent,
         )  # fmt: skip
         handle._twin = job
         return handle

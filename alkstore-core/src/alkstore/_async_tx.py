@@ -15,6 +15,7 @@ from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
 from alkstore._params import Paramstyle, portable_params
 from alkstore._stamp import JobStamp
 from alkstore._stream import check_key, check_offset
+from alkstore._tracing import TRACING, traced_enqueue_async
 from alkstore._tx import (
     ENDED_BEHIND_ITS_BACK,
     ENDED_BY_ITS_CALLER,
@@ -97,7 +98,7 @@ class AsyncTxHandle:
         await self._check_writable()
         queue = check_name(queue, "queue")
         stamp = self._store._stamp(self._store._declared_queue_opts(queue), opts)
-        return await self._enqueue_tx(queue, stamp, encode(payload))
+        return await self._traced_enqueue_tx(queue, stamp, encode(payload))
 
     async def publish_tx(self, stream: str, payload: object) -> int:
         """Publish an event in this transaction; return its offset."""
@@ -135,7 +136,7 @@ class AsyncTxHandle:
         await self._check_writable()
         outbox = check_name(outbox, "outbox")
         stamp = self._store._stamp(OUTBOX_QUEUE_OPTS, opts)
-        return await self._enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
+        return await self._traced_enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
 
     async def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run the business write ``sql`` (the engine's dialect) in this transaction;
@@ -245,6 +246,13 @@ class AsyncTxHandle:
         self._store._check_open()  # first: closing the store also rolled us back
         if self.state is not TxState.OPEN:
             raise Closed(f"this transaction is already {self.state.value}")
+
+    async def _traced_enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        if not TRACING:
+            return await self._enqueue_tx(queue, stamp, payload_json)
+        return await traced_enqueue_async(
+            queue, stamp, lambda s: self._enqueue_tx(queue, s, payload_json)
+        )
 
     # Engine hooks: arguments are already checked, encoded and stamped. The
     # defaults run the twin's sync hooks.

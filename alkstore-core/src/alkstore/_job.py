@@ -43,6 +43,7 @@ class ClaimedJob(HasPayload, Generic[Q]):
         "priority",
         "queue",
         "run_at",
+        "traceparent",
         "visibility_timeout_s",
         "worker_id",
     )
@@ -62,10 +63,11 @@ class ClaimedJob(HasPayload, Generic[Q]):
         backoff_base_s: float,
         visibility_timeout_s: float | None = None,
         key: str | None = None,
+        traceparent: str | None = None,
     ) -> None:
         """Engines build jobs when claiming; ``backoff_base_s`` and
         ``visibility_timeout_s`` are the row's stamps (pass both), ``key`` its
-        unique key."""
+        unique key and ``traceparent`` its stored trace context."""
         self._queue = queue
         self._backoff_base_s = backoff_base_s
         self._released = False
@@ -83,6 +85,8 @@ class ClaimedJob(HasPayload, Generic[Q]):
         self.worker_id = worker_id
         self.key = key
         """The job's unique key (``EnqueueOpts.key``), else None."""
+        self.traceparent = traceparent
+        """The W3C ``traceparent`` of the span that enqueued it (OpenTelemetry), else None."""
         self.visibility_timeout_s = visibility_timeout_s
         """The claim's lease as stamped on the job's row: ``deadline`` was set to
         the claim's time plus this. None if the engine does not say. A duration,

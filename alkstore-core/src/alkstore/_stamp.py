@@ -36,6 +36,9 @@ class JobStamp:
     key: str | None = None
     """The unique key (``EnqueueOpts.key``): the engine writes no second live
     job of the queue with this key (contract 1.4)."""
+    traceparent: str | None = None
+    """The W3C ``traceparent`` of the enqueue's span, when OpenTelemetry traces
+    it: stored on the row and handed back as ``Job.traceparent`` (contract 1.4)."""
 
 
 def stamp_job(queue_opts: QueueOpts, opts: EnqueueOpts | None) -> JobStamp:

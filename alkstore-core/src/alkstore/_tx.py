@@ -17,6 +17,7 @@ from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
 from alkstore._params import Paramstyle, portable_params
 from alkstore._stamp import JobStamp
 from alkstore._stream import check_key, check_offset
+from alkstore._tracing import TRACING, traced_enqueue
 
 if TYPE_CHECKING:
     from alkstore._store import Store
@@ -126,7 +127,7 @@ class TxHandle(abc.ABC):
         self._check_writable()
         queue = check_name(queue, "queue")
         stamp = self._store._stamp(self._store._declared_queue_opts(queue), opts)
-        return self._enqueue_tx(queue, stamp, encode(payload))
+        return self._traced_enqueue_tx(queue, stamp, encode(payload))
 
     def publish_tx(self, stream: str, payload: object) -> int:
         """Publish an event in this transaction; return its offset."""
@@ -167,7 +168,7 @@ class TxHandle(abc.ABC):
         self._check_writable()
         outbox = check_name(outbox, "outbox")
         stamp = self._store._stamp(OUTBOX_QUEUE_OPTS, opts)
-        return self._enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
+        return self._traced_enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
 
     def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run the business write ``sql`` (the engine's dialect) in this transaction.
@@ -277,6 +278,11 @@ class TxHandle(abc.ABC):
         self._check_active()
         if self.catch_up is not None and not self.catch_up():
             raise self._ended_by_its_caller()
+
+    def _traced_enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
+        if not TRACING:
+            return self._enqueue_tx(queue, stamp, payload_json)
+        return traced_enqueue(queue, stamp, lambda s: self._enqueue_tx(queue, s, payload_json))
 
     def _check_active(self) -> None:
         self._store._check_open()  # first: closing the store also rolled us back

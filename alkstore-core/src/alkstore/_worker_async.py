@@ -31,6 +31,7 @@ from alkstore._handler_threads import HandlerThreads, complete_from_thread
 from alkstore._job import ClaimedJob, Job
 from alkstore._queue import Queue
 from alkstore._run_stats import call_to_completion
+from alkstore._tracing import handling
 from alkstore._worker_ledger import FAILED, LOST, RELEASED, SUCCEEDED, Held, Ledger, Verdict
 
 __all__ = ["AsyncQueuePort", "AsyncRunner", "OffloadedQueuePort", "QueuePort"]
@@ -278,13 +279,12 @@ class AsyncRunner:
 
     async def _call(self, job: ClaimedJob[Any]) -> None:
         if not self._is_async:
-            await self._handler_threads.run(
-                functools.partial(call_to_completion, self._handler, job)
-            )
+            await self._handler_threads.run(functools.partial(_handled, self._handler, job))
             return
-        result = self._handler(job)
-        if inspect.isawaitable(result):
-            await result
+        with handling(job):
+            result = self._handler(job)
+            if inspect.isawaitable(result):
+                await result
 
     async def _settle(self, held: Held, outcome: str, error: BaseException | None = None) -> None:
         settled = False
@@ -369,6 +369,12 @@ class AsyncRunner:
             self._changed.clear()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), remaining)
+
+
+def _handled(handler: Callable[[Any], object], job: ClaimedJob[Any]) -> None:
+    """A plain handler's call, on its thread, in the job's span."""
+    with handling(job):
+        call_to_completion(handler, job)
 
 
 def _async(job: ClaimedJob[Any]) -> AsyncJob:

@@ -20,6 +20,7 @@ from alkstore._job import Job
 from alkstore._run_stats import call_to_completion
 from alkstore._signals import SIGNAL_CHECK_S
 from alkstore._store import StopSignal
+from alkstore._tracing import handling
 from alkstore._worker_ledger import FAILED, LOST, RELEASED, SUCCEEDED, Held, Ledger, Verdict
 
 if TYPE_CHECKING:
@@ -168,7 +169,8 @@ class ThreadRunner:
     def _execute(self, held: Held) -> None:
         job = cast(Job, held.job)
         try:
-            call_to_completion(self._handler, job)
+            with handling(job):
+                call_to_completion(self._handler, job)
         except BaseException as exc:
             verdict = self._ledger.judge(held, exc)
             error: BaseException | None = exc

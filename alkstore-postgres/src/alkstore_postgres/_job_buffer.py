@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobBuffer", "JobIds"]
 
-_BUFFERED_COLUMNS = ("id", "payload", *STAMP_COLUMNS)
+_BUFFERED_COLUMNS = ("id", "payload", *STAMP_COLUMNS, "traceparent")
 _FIRST_BLOCK = 16
 _LARGEST_BLOCK = 4096
 
@@ -82,7 +82,7 @@ class JobBuffer:
     def enqueue(self, queue: str, stamp: JobStamp, payload_json: str) -> Plan[int]:
         """Hold a job for the transaction; its id."""
         job_id = yield from self._ids.take()
-        self._rows.append((job_id, payload_json, *stamp_columns(queue, stamp)))
+        self._rows.append((job_id, payload_json, *stamp_columns(queue, stamp), stamp.traceparent))
         self._queues.add(queue)
         return job_id
 

@@ -55,6 +55,7 @@ def insert_job(sql: Statements, queue: str, stamp: JobStamp, payload: str) -> Pl
     params = {
         **_stamp_params(queue, stamp), "payload": payload,
         "job_key": None if stamp.key is None else stored(stamp.key),
+        "traceparent": stamp.traceparent,
         **wake_params(sql.schema, queue_wake_key(queue)),
     }  # fmt: skip
     if stamp.key is None:
@@ -228,7 +229,7 @@ class QueuePlans:
 
 _CLAIMED = (
     "id", "payload", "priority", "attempts", "max_attempts", "run_at", "deadline",
-    "backoff_base_s", "visibility_timeout_s", "key",
+    "backoff_base_s", "visibility_timeout_s", "key", "traceparent",
 )  # fmt: skip
 """The columns ``claim`` returns, as keywords of ``Job``."""
 

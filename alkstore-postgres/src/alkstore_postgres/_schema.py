@@ -50,9 +50,10 @@ _V1_TO_V2 = (
 )
 
 _V2_TO_V3 = (
-    "ALTER TABLE {s}.jobs ADD COLUMN key text, ADD COLUMN key_digest bytea",
+    "ALTER TABLE {s}.jobs ADD COLUMN key text, ADD COLUMN key_digest bytea, "
+    "ADD COLUMN traceparent text",
     "ALTER TABLE {s}.dead ADD COLUMN key text, ADD COLUMN visibility_timeout_s double precision, "
-    "ADD COLUMN backoff_base_s double precision",
+    "ADD COLUMN backoff_base_s double precision, ADD COLUMN traceparent text",
     # the unique index on job keys comes with the current schema's DDL
 )
 

@@ -72,6 +72,7 @@ TABLES: Mapping[str, tuple[tuple[Column, ...], tuple[str, ...]]] = {
             ("last_error", "text", ""),
             ("key", "text", ""),
             ("key_digest", "bytea", ""),
+            ("traceparent", "text", ""),
         ),
         ("id",),
     ),
@@ -94,6 +95,7 @@ TABLES: Mapping[str, tuple[tuple[Column, ...], tuple[str, ...]]] = {
             ("key", "text", ""),
             ("visibility_timeout_s", "double precision", ""),
             ("backoff_base_s", "double precision", ""),
+            ("traceparent", "text", ""),
         ),
         ("id",),
     ),
@@ -227,11 +229,12 @@ def render_bound(template: str, schema: str) -> str:
 _DEAD_COLUMNS = (
     "id, queue_key, queue, payload, priority, run_at, created_at, expires_at, attempts, "
     "max_attempts, retention_s, worker_id, key, visibility_timeout_s, backoff_base_s, "
-    "last_error, died_at"
+    "traceparent, last_error, died_at"
 )
 _MOVED = (
     "id, queue_key, queue, payload, priority, run_at, created_at, expires_at, attempts, "
-    "max_attempts, retention_s, worker_id, key, visibility_timeout_s, backoff_base_s"
+    "max_attempts, retention_s, worker_id, key, visibility_timeout_s, backoff_base_s, "
+    "traceparent"
 )
 HOLDS = "id = %(id)s AND attempts = %(attempts)s AND worker_id = %(worker)s AND deadline >= {now}"
 READY = "deadline IS NULL AND run_at <= {now} AND (expires_at IS NULL OR expires_at > {now})"
@@ -250,11 +253,11 @@ class Statements:
         insert_job = (
             "INSERT INTO {s}.jobs (queue_key, queue, payload, priority, run_at, created_at, "
             "expires_at, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, "
-            "key, key_digest) "
+            "key, key_digest, traceparent) "
             "VALUES ({queue_key}, %(queue)s, %(payload)s, %(priority)s, "
             "COALESCE(%(run_at)s, {now} + %(delay)s), {now}, {now} + %(expires_in)s, "
             "%(max_attempts)s, %(visibility)s, %(backoff)s, %(retention)s, "
-            "%(job_key)s, {job_key_digest}) "
+            "%(job_key)s, {job_key_digest}, %(traceparent)s) "
         )
         inserted = "RETURNING id, pg_notify(%(channel)s, %(key)s)"
         self.enqueue = render(insert_job + inserted)
@@ -278,16 +281,17 @@ class Statements:
         # in binary (%(...)b): text arrays would be escaped element by element.
         self.enqueue_reserved = render(
             "INSERT INTO {s}.jobs (id, queue_key, queue, payload, priority, run_at, created_at, "
-            "expires_at, max_attempts, visibility_timeout_s, backoff_base_s, retention_s) "
+            "expires_at, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, "
+            "traceparent) "
             f"OVERRIDING SYSTEM VALUE SELECT id, {key_of('queue')}, queue, payload, priority, "
             "COALESCE(run_at, {now} + delay), {now}, "
-            "{now} + expires_in, max_attempts, visibility, backoff, retention "
+            "{now} + expires_in, max_attempts, visibility, backoff, retention, traceparent "
             "FROM unnest(%(id)b::bigint[], %(queue)b::text[], %(payload)b::text[], "
             "%(priority)b::int[], %(run_at)b::float8[], %(delay)b::float8[], "
             "%(expires_in)b::float8[], %(max_attempts)b::int[], %(visibility)b::float8[], "
-            "%(backoff)b::float8[], %(retention)b::float8[]) "
+            "%(backoff)b::float8[], %(retention)b::float8[], %(traceparent)b::text[]) "
             "AS t(id, queue, payload, priority, run_at, delay, expires_in, max_attempts, "
-            "visibility, backoff, retention)"
+            "visibility, backoff, retention, traceparent)"
         )
         self.lapsed_to_dead = render(
             f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE id IN ("
@@ -312,7 +316,7 @@ class Statements:
             "AND (expires_at IS NULL OR expires_at > {now}) "
             "ORDER BY priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED) "
             "RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, "
-            "backoff_base_s, visibility_timeout_s, key"
+            "backoff_base_s, visibility_timeout_s, key, traceparent"
         )
         self.ack = render("DELETE FROM {s}.jobs WHERE " + HOLDS)
         # A NULL attempt acks any unexpired claim by the worker; a number only that claim.
@@ -380,12 +384,12 @@ class Statements:
         requeue = (
             "WITH moved AS (INSERT INTO {s}.jobs (id, queue_key, queue, payload, priority, "
             "run_at, created_at, expires_at, attempts, max_attempts, visibility_timeout_s, "
-            "backoff_base_s, retention_s, worker_id, last_error, key, key_digest) "
+            "backoff_base_s, retention_s, worker_id, last_error, key, key_digest, traceparent) "
             "OVERRIDING SYSTEM VALUE SELECT id, queue_key, queue, payload, priority, {now}, "
             "created_at, NULL, CASE WHEN %(reset)s THEN 0 ELSE attempts END, max_attempts, "
             "COALESCE(visibility_timeout_s, %(visibility)s), "
             "COALESCE(backoff_base_s, %(backoff)s), retention_s, worker_id, last_error, "
-            f"key, {key_of('key')} FROM {{s}}.dead WHERE queue_key = {{queue_key}} "
+            f"key, {key_of('key')}, traceparent FROM {{s}}.dead WHERE queue_key = {{queue_key}} "
             "{only} ORDER BY id FOR UPDATE ON CONFLICT DO NOTHING RETURNING id), "
             "gone AS (DELETE FROM {s}.dead WHERE id IN (SELECT id FROM moved) RETURNING id) "
             "SELECT count(*) FROM gone"

@@ -66,7 +66,7 @@ def job_row(queue: str, stamp: JobStamp, payload_json: str) -> tuple[Any, ...]:
     return (
         queue, payload_json, stamp.priority, run_at, now, expires_at, stamp.max_attempts,
         stamp.visibility_timeout_s, stamp.backoff_base_s, stamp.dead_letter_retention_s,
-        stamp.key,
+        stamp.key, stamp.traceparent,
     )  # fmt: skip
 
 
@@ -105,11 +105,12 @@ class SQLiteQueue(Queue):
 
     def _job(self, row: tuple[Any, ...], worker_id: str) -> Job:
         (job_id, payload, priority, attempts, max_attempts, run_at, deadline, backoff, lease,
-         key) = row  # fmt: skip
+         key, traceparent) = row  # fmt: skip
         return Job(
             queue=self, id=job_id, payload=decode(payload), priority=priority,
             attempts=attempts, max_attempts=max_attempts, run_at=run_at, deadline=deadline,
             worker_id=worker_id, backoff_base_s=backoff, visibility_timeout_s=lease, key=key,
+            traceparent=traceparent,
         )  # fmt: skip
 
     def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:

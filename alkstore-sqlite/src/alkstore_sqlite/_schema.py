@@ -105,10 +105,13 @@ CREATE TABLE __alkstore_schedules (
 
 # Unique jobs: at most one live job per (queue, key); dead letters keep their
 # key and the stamps a requeue gives back (NULL in rows that died before).
+# Jobs carry the trace context of their enqueue (OpenTelemetry).
 _V2 = """
 ALTER TABLE __alkstore_jobs ADD COLUMN key TEXT;
 CREATE UNIQUE INDEX __alkstore_jobs_key ON __alkstore_jobs (queue, key) WHERE key IS NOT NULL;
+ALTER TABLE __alkstore_jobs ADD COLUMN traceparent TEXT;
 ALTER TABLE __alkstore_dead ADD COLUMN key TEXT;
+ALTER TABLE __alkstore_dead ADD COLUMN traceparent TEXT;
 ALTER TABLE __alkstore_dead ADD COLUMN visibility_timeout_s REAL;
 ALTER TABLE __alkstore_dead ADD COLUMN backoff_base_s REAL;
 """

@@ -16,8 +16,8 @@ JOB_COLUMNS = (
 
 ENQUEUE = """
 INSERT INTO __alkstore_jobs (queue, payload, priority, run_at, created_at, expires_at,
-    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 # A keyed job is written only if no live job of its queue has its key: else
@@ -32,17 +32,17 @@ LIVE_JOB_WITH_KEY = "SELECT id, expires_at FROM __alkstore_jobs WHERE queue = ? 
 # the ids after its first insert are known (AUTOINCREMENT: the largest + 1).
 ENQUEUE_WITH_ID = """
 INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
-    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key, traceparent)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 # The head of every move of live jobs to dead letters; last_error and died_at are bound.
 _TO_DEAD = """
 INSERT INTO __alkstore_dead (id, queue, payload, priority, run_at, created_at, expires_at,
     attempts, max_attempts, retention_s, worker_id, last_error, died_at, key,
-    visibility_timeout_s, backoff_base_s)
+    visibility_timeout_s, backoff_base_s, traceparent)
 SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
-    retention_s, worker_id, ?, ?, key, visibility_timeout_s, backoff_base_s
+    retention_s, worker_id, ?, ?, key, visibility_timeout_s, backoff_base_s, traceparent
 FROM __alkstore_jobs"""
 
 ANY_LAPSED = """
@@ -75,7 +75,7 @@ WHERE id IN (
     LIMIT ?
 )
 RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, backoff_base_s,
-    visibility_timeout_s, key
+    visibility_timeout_s, key, traceparent
 """
 
 # A claim holds while its row has the same id, attempt count and worker, and
@@ -138,11 +138,11 @@ WHERE queue = ? AND retention_s IS NOT NULL AND died_at + retention_s <= ?
 _REQUEUE_DEAD = """
 INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
     attempts, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, worker_id,
-    last_error, key)
+    last_error, key, traceparent)
 SELECT id, queue, payload, priority, :now, created_at, NULL,
     CASE WHEN :reset THEN 0 ELSE attempts END, max_attempts,
     COALESCE(visibility_timeout_s, :visibility), COALESCE(backoff_base_s, :backoff),
-    retention_s, worker_id, last_error, key
+    retention_s, worker_id, last_error, key, traceparent
 FROM __alkstore_dead WHERE queue = :queue {only} ORDER BY id
 ON CONFLICT DO NOTHING RETURNING id
 """

@@ -323,6 +323,10 @@ class JobFacade(Facade):
     def key(self) -> str | None:
         return self._inner.key
 
+    @property
+    def traceparent(self) -> str | None:
+        return self._inner.traceparent
+
     def payload_as(self, kind: type[T]) -> T:
         return self._inner.payload_as(kind)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
@@ -45,8 +46,11 @@ class LoopThread:
         return threading.current_thread() is self._thread
 
     def submit(self, make: Callable[[], Awaitable[T]]) -> concurrent.futures.Future[T]:
-        """Start awaiting ``make()`` on the loop (``make`` runs there too)."""
-        return asyncio.run_coroutine_threadsafe(_awaited(make), self.loop)
+        """Start awaiting ``make()`` on the loop (``make`` runs there too), in a copy of
+        the caller's context variables, as an application's own task would see them
+        (a trace context, say)."""
+        caller = contextvars.copy_context()
+        return asyncio.run_coroutine_threadsafe(_awaited_in(caller, make), self.loop)
 
     def run(self, make: Callable[[], Awaitable[T]]) -> T:
         """Await ``make()`` on the loop, and return what it returned or raise what it raised."""
@@ -88,6 +92,12 @@ class LoopThread:
                 asyncio.wait_for(self.loop.shutdown_default_executor(), _STOP_S)
             )
         self.loop.close()
+
+
+async def _awaited_in(context: contextvars.Context, make: Callable[[], Awaitable[T]]) -> T:
+    """Await ``make()`` in a task of its own that runs in ``context``."""
+    task: asyncio.Future[T] = context.run(asyncio.ensure_future, _awaited(make))
+    return await task
 
 
 async def _awaited(make: Callable[[], Awaitable[T]]) -> T:

@@ -92,6 +92,7 @@ class Row:
     last_error: str | None = None
     died_at: float | None = None
     key: str | None = None
+    traceparent: str | None = None
 
 
 class Database:
@@ -251,7 +252,7 @@ class MemoryTx(TxHandle):
             expires_at=None if stamp.expires_in_s is None else now + stamp.expires_in_s,
             max_attempts=stamp.max_attempts, visibility_timeout_s=stamp.visibility_timeout_s,
             backoff_base_s=stamp.backoff_base_s, retention_s=stamp.dead_letter_retention_s,
-            key=stamp.key,
+            key=stamp.key, traceparent=stamp.traceparent,
         )  # fmt: skip
         if stamp.key is not None:
             self._connection.keyed[queue, stamp.key] = row.id
@@ -361,6 +362,7 @@ class MemoryQueue(Queue):
             attempts=row.attempts, max_attempts=row.max_attempts, run_at=row.run_at,
             deadline=row.deadline, worker_id=worker_id, backoff_base_s=row.backoff_base_s,
             visibility_timeout_s=row.visibility_timeout_s, key=row.key,
+            traceparent=row.traceparent,
         )  # fmt: skip
 
     def _release_lapsed(self, now: float) -> None:
