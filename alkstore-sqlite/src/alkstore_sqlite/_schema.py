@@ -103,11 +103,18 @@ CREATE TABLE __alkstore_schedules (
 ) WITHOUT ROWID;
 """
 
+# Version 2, schedules: the time zone of a cron spec (ScheduleOpts.tz; NULL is
+# UTC, and every @every schedule). Rows written by version 1 are @every
+# schedules, which need none.
+_V2_SCHEDULE_TZ = """
+ALTER TABLE __alkstore_schedules ADD COLUMN tz TEXT;
+"""
+
 _META = (
     "CREATE TABLE IF NOT EXISTS __alkstore_meta "
     "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
 )
-_MIGRATIONS = (_V1,)
+_MIGRATIONS = (_V1, _V2_SCHEDULE_TZ)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 # Every engine table with its columns, one row per column (pragma_table_info
