@@ -277,14 +277,14 @@ def transitions(tz: str) -> tuple[float, ...]:
     step = 6 * 3_600
     start = int(datetime(1995, 1, 1, tzinfo=UTC).timestamp())
     end = int(datetime(2035, 1, 1, tzinfo=UTC).timestamp())
-    previous = zone.utcoffset(datetime.fromtimestamp(start, UTC))
+    previous = datetime.fromtimestamp(start, zone).utcoffset()
     for moment in range(start + step, end, step):
-        offset = zone.utcoffset(datetime.fromtimestamp(moment, UTC))
+        offset = datetime.fromtimestamp(moment, zone).utcoffset()
         if offset != previous:
             low, high = moment - step, moment
             while high - low > 60:
                 middle = (low + high) // 2
-                if zone.utcoffset(datetime.fromtimestamp(middle, UTC)) == previous:
+                if datetime.fromtimestamp(middle, zone).utcoffset() == previous:
                     low = middle
                 else:
                     high = middle
@@ -387,3 +387,47 @@ def test_boundaries_around_any_offset_change_are_each_firing_instant_once(
         found.append(instant)
     assert found == sorted(set(found))  # strictly increasing: no instant twice
     assert found == expected(tz, sets, either_day, start, end)
+
+
+# The seam: old engines, and schedules a host cannot plan.
+
+
+def test_an_engine_store_without_cron_schedules_refuses_cron_specs() -> None:
+    from alkstore._store import refuse_cron_unless_stored
+
+    assert alkstore.Store.cron_schedules is False  # engines written for contract <= 1.3
+
+    class OldStore:
+        """Stands for a Store subclass of an engine written for contract 1.3."""
+
+    with pytest.raises(
+        alkstore.InvalidSpec, match=r"predates cron schedules \(engine contract 1.4"
+    ):
+        refuse_cron_unless_stored(OldStore(), "0 3 * * *")  # type: ignore[arg-type]
+
+
+def test_a_due_schedule_from_an_old_engine_is_planned_by_its_interval() -> None:
+    from alkstore._scheduler import plan_for
+    from alkstore.engine import DueSchedule
+
+    due = DueSchedule("tick", 60.0, "jobs", "1", 0, None, None, 1_000.0)  # no spec, no tz
+    assert plan_for(due, 1_130.0).fire_at == (1_000.0, 1_060.0, 1_120.0)
+
+
+def test_a_due_cron_schedule_is_planned_by_its_spec_and_zone() -> None:
+    from alkstore._scheduler import plan_for
+    from alkstore.engine import DueSchedule
+
+    due_at = at(BERLIN, 2026, 3, 29, 1, 30)
+    due = DueSchedule("x", 0, "jobs", "1", 0, None, None, due_at, "30 * * * *", "Europe/Berlin")
+    plan = plan_for(due, at(BERLIN, 2026, 3, 29, 3, 40))
+    assert [local(b, BERLIN)[11:16] for b in plan.fire_at] == ["01:30", "03:00", "03:30"]
+
+
+def test_a_stored_zone_this_host_lacks_cannot_be_planned() -> None:
+    from alkstore._scheduler import plan_for
+    from alkstore.engine import DueSchedule
+
+    due = DueSchedule("x", 0, "jobs", "1", 0, None, None, 1_000.0, "0 3 * * *", "Nowhere/Land")
+    with pytest.raises(alkstore.InvalidSpec):
+        plan_for(due, 2_000.0)

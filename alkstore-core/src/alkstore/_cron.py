@@ -162,7 +162,7 @@ def _instant(wall: datetime, zone: tzinfo) -> float:
 
 
 def parse_cron(spec: str, tz: str | None) -> CronSpec:
-    """Parse a cron spec for zone ``tz`` (a key :func:`check_tz` accepted, or None).
+    """Parse a cron spec for zone ``tz`` (an IANA key, or None for UTC).
 
     The grammar: five fields separated by spaces or tabs — minute, hour,
     day-of-month, month, day-of-week — each a ``*``, a value, a range
@@ -173,8 +173,9 @@ def parse_cron(spec: str, tz: str | None) -> CronSpec:
     ``@hourly``, ``@daily``, ``@weekly``, ``@monthly``.
 
     Raises:
-        InvalidSpec: anything else, naming the field that is wrong, or a spec
-            that can never fire (``0 0 30 2 *``).
+        InvalidSpec: anything else, naming the field that is wrong, a spec
+            that can never fire (``0 0 30 2 *``), or a zone this host does not
+            know (a runner reading a schedule stored elsewhere checks it too).
     """
     return _parse_cached(spec, tz)
 
@@ -212,7 +213,7 @@ def _parse_cached(spec: str, tz: str | None) -> CronSpec:
     if first is None:
         raise InvalidSpec(f"schedule spec {spec!r} never fires (no day matches its fields)")
     normalized = " ".join(parts)
-    return CronSpec(spec, tz, normalized, zone(tz))
+    return CronSpec(spec, tz, normalized, zone(None if tz is None else check_tz(tz)))
 
 
 def _bad_field(spec: str, name: str, text: str, values: str) -> str:
