@@ -19,6 +19,7 @@ from psycopg import sql
 import alkstore
 from alkstore_postgres import PostgresStore
 from alkstore_postgres._names import stored
+from alkstore_postgres._schema import SCHEMA_VERSION
 
 OpenStore = Callable[..., PostgresStore]
 
@@ -159,7 +160,7 @@ def test_a_version_1_schema_is_migrated_on_open_and_every_row_works(
     dsn: str, v1_schema: str, open_store: OpenStore
 ) -> None:
     store = open_store(scheduler_lease_s=LEASE_S)
-    assert stored_version(dsn, v1_schema) == "2"
+    assert stored_version(dsn, v1_schema) == str(SCHEMA_VERSION)
     queue = store.queue(QUEUE)
     held = queue.get_job(2)
     assert held is not None
@@ -212,6 +213,28 @@ def test_a_version_1_schema_is_migrated_on_open_and_every_row_works(
     assert store.unschedule("nightly")
 
 
+def test_a_version_2_schema_gains_the_schedules_time_zone_keeping_its_schedules(
+    dsn: str, schema: str, open_store: OpenStore
+) -> None:
+    # A version-2 schema is today's less schedules.tz: make one, then open it.
+    first = open_store()
+    made = first.schedule("tick", "@every 1h", "jobs", {"v": 1})
+    first.close()
+    run_sql(dsn, schema, "ALTER TABLE {s}.schedules DROP COLUMN tz")
+    run_sql(dsn, schema, "UPDATE {s}.meta SET value = '2' WHERE key = 'schema_version'")
+    store = open_store()
+    assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
+    assert store.inspect().schedules() == [made]
+    assert store.schedule("tick", "@every 1h", "jobs", 2).next_fire_at == made.next_fire_at
+    nightly = store.schedule(
+        "nightly", "0 3 * * *", "jobs", 3, alkstore.ScheduleOpts(tz="Europe/Berlin")
+    )
+    assert [(s.name, s.tz) for s in store.inspect().schedules()] == [
+        ("nightly", "Europe/Berlin"), ("tick", None),
+    ]  # fmt: skip
+    assert nightly.tz == "Europe/Berlin"
+
+
 def fire_schedules(store: PostgresStore, check: Callable[[], alkstore.Job | None]) -> alkstore.Job:
     """Run the scheduler until ``check`` finds the job it enqueued (at most 10 s)."""
     stop = threading.Event()
@@ -249,7 +272,7 @@ def test_processes_opening_a_version_1_schema_at_once_migrate_it_once(
     outputs = [child.communicate(timeout=60)[0] for child in children]
     assert [child.returncode for child in children] == [0] * 4
     assert [int(out) for out in outputs] == [4] * 4  # three live jobs and the dead one
-    assert stored_version(dsn, v1_schema) == "2"
+    assert stored_version(dsn, v1_schema) == str(SCHEMA_VERSION)
     store = open_store()
     assert len(store.queue(QUEUE).claim_batch("w", 10)) == 2
 
@@ -257,7 +280,7 @@ def test_processes_opening_a_version_1_schema_at_once_migrate_it_once(
 DAMAGE = [
     pytest.param(
         "ALTER TABLE {s}.jobs DROP COLUMN last_error",
-        r"\(version 2\) were altered: table jobs has no column last_error",
+        rf"\(version {SCHEMA_VERSION}\) were altered: table jobs has no column last_error",
         id="dropped column",
     ),
     pytest.param("DROP TABLE {s}.locks", "table locks is missing", id="dropped table"),
@@ -279,7 +302,7 @@ DAMAGE = [
     ),
     pytest.param(
         "UPDATE {s}.meta SET value = '99'",
-        r"version 99, newer than this alkstore-postgres understands \(2\); upgrade",
+        rf"version 99, newer than this alkstore-postgres understands \({SCHEMA_VERSION}\); upgrade",
         id="newer version",
     ),
     pytest.param(

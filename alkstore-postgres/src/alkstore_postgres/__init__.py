@@ -35,7 +35,7 @@ class PostgresEngine(Engine):
 
     name = "postgres"
     schemes = ("postgres", "postgresql")
-    contract_version = "1.3"
+    contract_version = "1.4"
     capabilities = CAPABILITIES
 
     def open(self, target: str, **options: Any) -> PostgresStore:

@@ -1,8 +1,9 @@
 """The engine's schema: created or migrated on open under an advisory lock, then checked.
 
 Version 1 indexed names themselves; version 2 indexes their keys (``_sql``),
-so names too long for a btree entry work. A version-1 schema is migrated in
-place, rows kept, by the first process to open it.
+so names too long for a btree entry work; version 3 keeps a cron schedule's
+time zone. An older schema is migrated in place, rows kept, by the first
+process to open it.
 """
 
 from __future__ import annotations
@@ -48,10 +49,14 @@ _V1_TO_V2 = (
     # the indexes dropped above come back on keys with the current schema's DDL
 )
 
-_MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2}
+# Version 3, schedules: the time zone of a cron spec (ScheduleOpts.tz; NULL is
+# UTC, and every @every schedule). Older rows are @every schedules: NULL fits.
+_V2_TO_V3_SCHEDULE_TZ = ("ALTER TABLE {s}.schedules ADD COLUMN tz text",)
+
+_MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2, 2: _V2_TO_V3_SCHEDULE_TZ}
 """Templates taking a schema from the version they are keyed by to the next one."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # One query over the catalog, no table read: every engine table's columns with
 # their types, and every engine index (relkind 'i', no columns listed).

@@ -38,6 +38,8 @@ T = TypeVar("T")
 class PostgresStore(Store):
     """A store in one schema of a PostgreSQL database, for many worker hosts."""
 
+    cron_schedules = True  # the schedules table keeps tz (schema version 3)
+
     def __init__(self, conninfo: str, address: str, settings: Settings) -> None:
         super().__init__(
             f"PostgreSQL at {address}, schema {settings.schema}",
