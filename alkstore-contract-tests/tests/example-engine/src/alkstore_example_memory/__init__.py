@@ -561,7 +561,12 @@ class MemoryInspector(Inspector):
         with self.db.state:
             return [
                 Schedule(
-                    name, s["spec"], s["queue"], decode(s["payload"]), s["placed"].next_fire_at
+                    name,
+                    s["spec"],
+                    s["queue"],
+                    decode(s["payload"]),
+                    s["placed"].next_fire_at,
+                    s["placed"].tz,
                 )
                 for name, s in sorted(self.db.schedules.items())
             ]
@@ -587,6 +592,7 @@ class MemoryStore(Store):
     tx_class: ClassVar[type[MemoryTx]] = MemoryTx
     queue_class: ClassVar[type[MemoryQueue]] = MemoryQueue
     stream_class: ClassVar[type[MemoryStream]] = MemoryStream
+    cron_schedules = True  # keeps opts.tz, and gives DueSchedule its spec and tz
 
     def __init__(self, name: str, scheduler_lease_s: float) -> None:
         super().__init__(f"memory://{name}", CAPABILITIES, scheduler_lease_s=scheduler_lease_s)
@@ -636,13 +642,13 @@ class MemoryStore(Store):
         with self.db.writing():
             old = self.db.schedules.get(name)
             existing = None if old is None else old["placed"]
-            placed = place_schedule(existing, spec, interval_s, time.time())
+            placed = place_schedule(existing, spec, interval_s, time.time(), opts.tz)
             self.db.schedules[name] = {
                 "spec": spec, "interval_s": interval_s, "queue": queue, "payload": payload_json,
                 "opts": opts, "placed": placed,
             }  # fmt: skip
         self.db.wake({SCHEDULES_WAKE_KEY})
-        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
+        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz)
 
     def _unschedule(self, name: str) -> bool:
         with self.db.writing():
@@ -653,7 +659,8 @@ class MemoryStore(Store):
         with self.db.state:
             due = [
                 DueSchedule(name, s["interval_s"], s["queue"], s["payload"], s["opts"].priority,
-                            s["opts"].max_attempts, s["opts"].expires, s["placed"].next_fire_at)
+                            s["opts"].max_attempts, s["opts"].expires, s["placed"].next_fire_at,
+                            s["spec"], s["placed"].tz)
                 for name, s in self.db.schedules.items()
                 if s["placed"].next_fire_at <= now
             ]  # fmt: skip
@@ -674,7 +681,7 @@ class MemoryStore(Store):
             if placed is None or placed.next_fire_at != boundary:
                 return Fired.SCHEDULE_CHANGED
             with self.db.state:
-                row["placed"] = PlacedSchedule(placed.spec, placed.anchor, advance_to)  # type: ignore[index]
+                row["placed"] = PlacedSchedule(placed.spec, placed.anchor, advance_to, placed.tz)  # type: ignore[index]
             tx._enqueue_tx(schedule.queue, stamp, schedule.payload_json)
         return Fired.FIRED
 
@@ -702,7 +709,7 @@ class MemoryEngine(Engine):
 
     name = "memory"
     schemes = ("memory",)
-    contract_version = "1.0"
+    contract_version = "1.4"
     capabilities = CAPABILITIES
     store_class: ClassVar[type[MemoryStore]] = MemoryStore
 
@@ -757,7 +764,7 @@ class MemoryTestProvider(TestProvider):
         with db.writing():
             placed = db.schedules[name]["placed"]
             db.schedules[name]["placed"] = PlacedSchedule(
-                placed.spec, placed.anchor, placed.next_fire_at + by_s
+                placed.spec, placed.anchor, placed.next_fire_at + by_s, placed.tz
             )
 
     def commit_behind_its_back(self, tx: TxHandle) -> None:

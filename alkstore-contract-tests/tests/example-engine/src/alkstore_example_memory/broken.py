@@ -192,7 +192,9 @@ class _UpsertMovesScheduleStore(MemoryStore):
             existing = self.db.schedules.get(name)
             if existing is not None and existing["spec"] == spec:
                 placed = existing["placed"]
-                moved = PlacedSchedule(placed.spec, placed.anchor, time.time() + interval_s)
+                moved = PlacedSchedule(
+                    placed.spec, placed.anchor, time.time() + interval_s, placed.tz
+                )
                 existing["placed"] = moved
             return super()._schedule(name, spec, interval_s, queue, payload_json, opts)
 
