@@ -225,6 +225,14 @@ def test_both_apis_run_the_same_tests(site: Path, tmp_path: Path) -> None:
                 "test_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward",
                 # core's loop fires the next missed boundary only where the schedule still is
                 "test_a_few_missed_boundaries_are_all_caught_up",
+                # cron boundaries drift just as much
+                "test_cron_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward",
+                "test_a_few_missed_cron_boundaries_are_all_caught_up",
+                *(
+                    "test_a_runner_catching_up_across_the_last_dst_change_fires_each_local_"
+                    f"time_once[{case}]"
+                    for case in ("spring forward: 02:30 fires at 03:00", "fall back: 02:30 fires once")
+                ),
             },
         ),
         (
@@ -233,6 +241,7 @@ def test_both_apis_run_the_same_tests(site: Path, tmp_path: Path) -> None:
             {
                 "test_schedule_upserts_by_name_and_unschedule_deletes",
                 "test_a_changed_spec_resumes_on_the_grid_anchored_at_creation",
+                "test_the_same_cron_spec_again_keeps_its_timing_and_another_zone_moves_it",
             },
         ),
     ],
