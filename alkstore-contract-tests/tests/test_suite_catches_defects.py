@@ -231,7 +231,10 @@ def test_both_apis_run_the_same_tests(site: Path, tmp_path: Path) -> None:
                 *(
                     "test_a_runner_catching_up_across_the_last_dst_change_fires_each_local_"
                     f"time_once[{case}]"
-                    for case in ("spring forward: 02:30 fires at 03:00", "fall back: 02:30 fires once")
+                    for case in (
+                        "spring forward: 02:30 fires at 03:00",
+                        "fall back: 02:30 fires once",
+                    )
                 ),
             },
         ),
