@@ -36,6 +36,7 @@ __all__ = [
     "DriftingSchedulesEngine",
     "EarlyOwnWakesEngine",
     "EchoingWakesEngine",
+    "ForgetsZonesEngine",
     "ImmortalLocksEngine",
     "LeakyAdoptionEngine",
     "NoRollbackEngine",
@@ -199,6 +200,18 @@ class _UpsertMovesScheduleStore(MemoryStore):
             return super()._schedule(name, spec, interval_s, queue, payload_json, opts)
 
 
+class _ForgetsZonesStore(MemoryStore):
+    """Stores a cron schedule without its time zone (reads every spec in UTC)."""
+
+    def _schedule(
+        self, name: str, spec: str, interval_s: int, queue: str, payload_json: str,
+        opts: ScheduleOpts,
+    ) -> Schedule:  # fmt: skip
+        utc = ScheduleOpts(priority=opts.priority, max_attempts=opts.max_attempts,
+                           expires=opts.expires)  # fmt: skip
+        return super()._schedule(name, spec, interval_s, queue, payload_json, utc)
+
+
 class _OneChannelPerCommit(MemoryTx):
     """Each ``notify_tx`` forgets the channel an earlier one named: a commit wakes
     only the last channel notified."""
@@ -304,6 +317,14 @@ class DriftingSchedulesEngine(MemoryEngine):
     name = "memory-drifting-schedules"
     schemes = ("memory-drifting-schedules",)
     store_class: ClassVar[type[MemoryStore]] = _DriftingSchedulesStore
+
+
+class ForgetsZonesEngine(MemoryEngine):
+    """Drops ScheduleOpts.tz: cron schedules fire in UTC."""
+
+    name = "memory-forgets-zones"
+    schemes = ("memory-forgets-zones",)
+    store_class: ClassVar[type[MemoryStore]] = _ForgetsZonesStore
 
 
 class UpsertMovesScheduleEngine(MemoryEngine):
