@@ -350,13 +350,15 @@ def test_schedule_schedules_unschedule_and_run_schedules(dsn: str) -> None:
     before = time.time()
     tick = ok_json("schedule", "tick", "@every 1s", "ticks", "{}", "--dsn", dsn)
     assert before < tick.pop("next_fire_at") <= time.time() + 1
-    assert tick == {"name": "tick", "spec": "@every 1s", "queue": "ticks", "payload": {}}
+    assert tick == {
+        "name": "tick", "spec": "@every 1s", "queue": "ticks", "payload": {}, "tz": None,
+    }  # fmt: skip
 
-    headers = ("SCHEDULE", "SPEC", "QUEUE", "NEXT FIRE", "PAYLOAD")
+    headers = ("SCHEDULE", "SPEC", "TZ", "QUEUE", "NEXT FIRE", "PAYLOAD")
     nightly, _ = table(ok("schedules", "--dsn", dsn), headers)
     assert nightly["NEXT FIRE"].startswith("in ")
     assert {k: v for k, v in nightly.items() if k != "NEXT FIRE"} == {
-        "SCHEDULE": "nightly", "SPEC": "@every 5m", "QUEUE": "reports",
+        "SCHEDULE": "nightly", "SPEC": "@every 5m", "TZ": "-", "QUEUE": "reports",
         "PAYLOAD": '{"kind": "daily"}',
     }  # fmt: skip
 
@@ -568,6 +570,30 @@ def test_an_invalid_json_payload_is_one_line_and_exit_2(dsn: str) -> None:
     one_line_error(run("tail", "s", "--from", "0", "--consumer", "c", "--dsn", dsn), "tail", 2)
     with alkstore.open(dsn) as store:
         assert store.inspect().queues() == []
+
+
+def test_a_cron_schedule_in_a_zone_is_made_and_listed_with_its_zone(dsn: str) -> None:
+    made = ok(
+        "schedule", "berlin", "30 2 * * *", "reports", "{}", "--tz", "Europe/Berlin",
+        "--dsn", dsn,
+    )  # fmt: skip
+    assert made.startswith("berlin: 30 2 * * * (Europe/Berlin) into 'reports', next in ")
+    utc = ok_json("schedule", "utc", "@daily", "reports", "{}", "--dsn", dsn)
+    assert (utc["spec"], utc["tz"], utc["next_fire_at"] % 86_400) == ("@daily", None, 0)
+    headers = ("SCHEDULE", "SPEC", "TZ", "QUEUE", "NEXT FIRE", "PAYLOAD")
+    berlin, daily = table(ok("schedules", "--dsn", dsn), headers)
+    assert (berlin["SCHEDULE"], berlin["SPEC"], berlin["TZ"]) == (
+        "berlin", "30 2 * * *", "Europe/Berlin",
+    )  # fmt: skip
+    assert (daily["SCHEDULE"], daily["TZ"]) == ("utc", "UTC")
+    assert [s["tz"] for s in ok_json("schedules", "--dsn", dsn)] == ["Europe/Berlin", None]
+
+
+def test_an_unknown_time_zone_is_one_clear_line(dsn: str) -> None:
+    result = run("schedule", "s", "0 3 * * *", "q", "{}", "--tz", "Europe/Berln", "--dsn", dsn)
+    line = one_line_error(result, "schedule", 2)
+    assert "'Europe/Berln' is not an IANA time zone" in line
+    assert "did you mean 'Europe/Berlin'" in line
 
 
 def test_a_bad_schedule_spec_is_one_clear_line(dsn: str) -> None:

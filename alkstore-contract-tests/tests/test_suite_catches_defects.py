@@ -225,6 +225,36 @@ def test_both_apis_run_the_same_tests(site: Path, tmp_path: Path) -> None:
                 "test_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward",
                 # core's loop fires the next missed boundary only where the schedule still is
                 "test_a_few_missed_boundaries_are_all_caught_up",
+                # cron boundaries drift just as much
+                "test_cron_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward",
+                "test_a_few_missed_cron_boundaries_are_all_caught_up",
+                *(
+                    "test_a_runner_catching_up_across_the_last_dst_change_fires_each_local_"
+                    f"time_once[{case}]"
+                    for case in (
+                        "spring forward: 02:30 fires at 03:00",
+                        "fall back: 02:30 fires once",
+                    )
+                ),
+            },
+        ),
+        (
+            "memory-forgets-zones",
+            "test_scheduler",
+            {
+                "test_a_cron_schedule_keeps_its_spec_and_zone_and_fires_at_local_time",
+                "test_the_same_cron_spec_again_keeps_its_timing_and_another_zone_moves_it",
+                "test_a_local_time_skipped_by_the_next_spring_forward_fires_at_the_end_of_the_gap",
+                "test_a_local_time_repeated_by_the_next_fall_back_fires_at_its_first_occurrence",
+                *(
+                    "test_a_runner_catching_up_across_the_last_dst_change_fires_each_local_"
+                    f"time_once[{case}]"
+                    for case in (
+                        "spring forward: 02:30 fires at 03:00",
+                        "fall back: 02:30 fires once",
+                    )
+                ),
+                "test_a_few_missed_cron_boundaries_are_all_caught_up",
             },
         ),
         (
@@ -256,6 +286,7 @@ def test_both_apis_run_the_same_tests(site: Path, tmp_path: Path) -> None:
             {
                 "test_schedule_upserts_by_name_and_unschedule_deletes",
                 "test_a_changed_spec_resumes_on_the_grid_anchored_at_creation",
+                "test_the_same_cron_spec_again_keeps_its_timing_and_another_zone_moves_it",
             },
         ),
     ],

@@ -223,6 +223,61 @@ def test_a_version_1_schema_is_migrated_on_open_and_every_row_works(
     assert store.unschedule("nightly")
 
 
+VERSION_3_ONLY = """
+DROP INDEX {s}.jobs_key;
+ALTER TABLE {s}.jobs DROP COLUMN key, DROP COLUMN key_digest, DROP COLUMN traceparent;
+ALTER TABLE {s}.dead DROP COLUMN key, DROP COLUMN visibility_timeout_s,
+    DROP COLUMN backoff_base_s, DROP COLUMN traceparent;
+ALTER TABLE {s}.schedules DROP COLUMN tz;
+UPDATE {s}.meta SET value = '2' WHERE key = 'schema_version'
+"""
+"""What version 3 added: taken away, today's schema is version 2 as it was."""
+
+
+def test_a_version_2_schema_gains_the_schedules_time_zone_keeping_its_schedules(
+    dsn: str, schema: str, open_store: OpenStore
+) -> None:
+    first = open_store()
+    made = first.schedule("tick", "@every 1h", "jobs", {"v": 1})
+    first.close()
+    run_sql(dsn, schema, VERSION_3_ONLY)
+    store = open_store()
+    assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
+    assert store.inspect().schedules() == [made]
+    assert store.schedule("tick", "@every 1h", "jobs", 2).next_fire_at == made.next_fire_at
+    nightly = store.schedule(
+        "nightly", "0 3 * * *", "jobs", 3, alkstore.ScheduleOpts(tz="Europe/Berlin")
+    )
+    assert [(s.name, s.tz) for s in store.inspect().schedules()] == [
+        ("nightly", "Europe/Berlin"), ("tick", None),
+    ]  # fmt: skip
+    assert nightly.tz == "Europe/Berlin"
+
+
+def test_a_version_2_schema_gains_job_keys_and_traces_keeping_its_jobs(
+    dsn: str, schema: str, open_store: OpenStore
+) -> None:
+    first = open_store()
+    queue = first.queue("q")
+    live = queue.enqueue("live")
+    dead = queue.enqueue("dead")
+    for job in queue.claim_batch("w", 2):
+        if job.id == dead:
+            assert job.fail("boom")
+        else:
+            assert job.release()
+    first.close()
+    run_sql(dsn, schema, VERSION_3_ONLY)
+    store = open_store()
+    queue = store.queue("q", alkstore.QueueOpts(visibility_timeout_s=77))
+    keyed = queue.enqueue("keyed", alkstore.EnqueueOpts(key="k"))
+    assert queue.enqueue("again", alkstore.EnqueueOpts(key="k")) == keyed
+    assert queue.requeue_dead() == 1
+    jobs = {job.id: job for job in queue.claim_batch("w", 10)}
+    assert sorted(jobs) == sorted([live, dead, keyed])
+    assert (jobs[dead].visibility_timeout_s, jobs[live].key, jobs[keyed].key) == (77, None, "k")
+
+
 def fire_schedules(store: PostgresStore, check: Callable[[], alkstore.Job | None]) -> alkstore.Job:
     """Run the scheduler until ``check`` finds the job it enqueued (at most 10 s)."""
     stop = threading.Event()

@@ -147,3 +147,48 @@ def test_a_version_1_file_is_migrated_on_open_and_its_rows_work(path: str) -> No
     assert (jobs["died"].id, jobs["died"].priority, jobs["died"].attempts) == (2, 5, 1)
     assert jobs["died"].visibility_timeout_s == 42
     assert (jobs["keyed"].key, jobs["live"].key) == ("k", None)
+
+
+def make_version_1_file(path: str) -> None:
+    """A file as alkstore-sqlite wrote it before schema version 2: an ``@every``
+    schedule and a job in it."""
+    from alkstore_sqlite._schema import _META, _V1, _statements
+
+    with raw(path) as connection:
+        connection.execute(_META)
+        for statement in _statements(_V1):
+            connection.execute(statement)
+        connection.execute("INSERT INTO __alkstore_meta VALUES ('schema_version', '1')")
+        connection.execute(
+            "INSERT INTO __alkstore_schedules VALUES "
+            "('tick', '@every 1h', 3600, 'jobs', '{\"v\": 1}', 2, NULL, NULL, 1000.0, 4600.0)"
+        )
+        connection.execute(
+            "INSERT INTO __alkstore_jobs (queue, payload, priority, run_at, created_at, "
+            "max_attempts, visibility_timeout_s, backoff_base_s) "
+            "VALUES ('q', '\"kept\"', 0, 0, 0, 3, 300, 5)"
+        )
+
+
+def test_a_version_1_file_is_upgraded_in_place_keeping_its_rows(path: str) -> None:
+    make_version_1_file(path)
+    with alkstore.open(path) as store:
+        [schedule] = store.inspect().schedules()
+        assert schedule == alkstore.Schedule("tick", "@every 1h", "jobs", {"v": 1}, 4600.0)
+        assert schedule.tz is None
+        assert [job.payload for job in store.queue("q").claim_batch("w", 10)] == ["kept"]
+        # the same spec again keeps its timing; a cron schedule in a zone now fits too
+        assert store.schedule("tick", "@every 1h", "jobs", 2).next_fire_at == 4600.0
+        nightly = store.schedule(
+            "nightly", "0 3 * * *", "jobs", 3, alkstore.ScheduleOpts(tz="Europe/Berlin")
+        )
+        assert nightly.tz == "Europe/Berlin"
+    assert stored_version(path) == str(SCHEMA_VERSION) == "2"
+    with alkstore.open(path) as store:  # and the upgraded file reopens as it is
+        assert [s.tz for s in store.inspect().schedules()] == ["Europe/Berlin", None]
+
+
+def test_a_dropped_schedule_tz_column_is_refused(made: str) -> None:
+    alter(made, "ALTER TABLE __alkstore_schedules DROP COLUMN tz")
+    with pytest.raises(alkstore.Database, match="__alkstore_schedules lacks column tz"):
+        alkstore.open(made)

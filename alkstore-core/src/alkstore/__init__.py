@@ -1,8 +1,8 @@
 """alkstore: coordination primitives inside the database you already have.
 
 Notify/listen wakes, durable streams with consumer offsets, at-least-once job
-queues, a transactional outbox, TTL named locks and an interval scheduler —
-one API over SQLite and PostgreSQL::
+queues, a transactional outbox, TTL named locks and a scheduler (intervals, and
+cron in IANA time zones) — one API over SQLite and PostgreSQL::
 
     import alkstore
 

@@ -26,7 +26,7 @@ from alkstore._offload import Lane, Offloader, WouldWait
 from alkstore._options import OUTBOX_QUEUE_OPTS, QueueOpts, ScheduleOpts, check_duration
 from alkstore._receivers import WakeReceiver
 from alkstore._scheduler import run_scheduler
-from alkstore._store import Store, check_schedule, default_owner
+from alkstore._store import Store, check_schedule, default_owner, refuse_cron_unless_stored
 from alkstore._store_basics import DEFAULT_SCHEDULER_LEASE_S, StoreBasics
 from alkstore._tx import TxHandle
 from alkstore._values import Schedule
@@ -166,7 +166,7 @@ class AsyncStore(StoreBasics):
         """Create or replace the schedule ``name`` (see ``Store.schedule``).
 
         Raises:
-            InvalidSpec: ``spec`` is not ``@every <n><unit>``.
+            InvalidSpec: ``spec`` is not a valid spec (see ``Store.schedule``).
         """
         self._check_open()
         name, interval_s, queue, opts = check_schedule(name, spec, queue, opts)
@@ -330,6 +330,8 @@ class AsyncStore(StoreBasics):
         opts: ScheduleOpts,
     ) -> Schedule:
         companion = await self._companion()
+        if interval_s == 0:
+            refuse_cron_unless_stored(companion, spec)
         return await self._offloaded(
             companion._schedule, name, spec, interval_s, queue, payload_json, opts
         )

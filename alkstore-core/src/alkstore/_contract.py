@@ -2,7 +2,7 @@
 
 ``CONTRACT_VERSION`` is ``"MAJOR.MINOR"``. A minor release of the contract
 only adds (a helper, an optional hook with a default), so an engine written
-for ``1.0`` runs on a core implementing ``1.3``; a major release changes or
+for ``1.0`` runs on a core implementing ``1.4``; a major release changes or
 removes something engines rely on. Each engine declares the version it was
 written for (``Engine.contract_version``) and discovery refuses one that this
 core cannot drive, naming what to upgrade.

@@ -76,7 +76,12 @@ class Database(Error):
 
 
 class InvalidSpec(Error, ValueError):
-    """The schedule spec is not ``@every <n><unit>`` with n > 0 and unit s, m, h or d."""
+    """The schedule spec or its time zone is not one alkstore reads.
+
+    Specs are ``@every <n><unit>`` (n > 0, unit s, m, h or d), five cron fields,
+    or ``@hourly``/``@daily``/``@weekly``/``@monthly``; ``ScheduleOpts.tz``
+    names an IANA zone, for cron specs only. The message names what is wrong.
+    """
 
 
 class LeadershipLost(Error):

@@ -1,7 +1,8 @@
 """Options for queues, enqueues and schedules, validated on construction.
 
-A bad value raises ``ValueError`` naming the field, so a mistake surfaces where
-it is written, not later inside an engine.
+A bad value raises ``ValueError`` naming the field (an unknown time zone
+``InvalidSpec``, a ``ValueError`` too), so a mistake surfaces where it is
+written, not later inside an engine.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 
+from alkstore._cron import check_tz
 from alkstore._names import check_identifier
 
 __all__ = [
@@ -201,6 +203,10 @@ class ScheduleOpts:
     """Overrides the target queue's ``max_attempts`` (>= 1)."""
     expires: float | None = None
     """Seconds after each fire when its job expires (> 0)."""
+    tz: str | None = None
+    """The IANA time zone a cron spec's fields are read in (``"Europe/Berlin"``);
+    None is UTC. An ``@every`` spec takes none. An unknown zone raises
+    ``InvalidSpec`` here."""
 
     def __post_init__(self) -> None:
         check_int(self.priority, "priority")
@@ -208,6 +214,8 @@ class ScheduleOpts:
             check_int(self.max_attempts, "max_attempts", minimum=1)
         if self.expires is not None:
             _set(self, "expires", check_duration(self.expires, "expires", zero_ok=False))
+        if self.tz is not None:
+            check_tz(self.tz)
 
     def as_enqueue_opts(self) -> EnqueueOpts:
         """Return the EnqueueOpts each fire of the schedule uses."""

@@ -28,8 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from alkstore._errors import Closed, Database, LeadershipLost
-from alkstore._every import plan_fires
+from alkstore._cron import is_cron, parse_cron
+from alkstore._errors import Closed, Database, InvalidSpec, LeadershipLost
+from alkstore._every import MAX_CATCH_UP, FirePlan, plan_cron_fires, plan_fires
 from alkstore._lock import Lock
 from alkstore._names import SCHEDULER_LOCK, SCHEDULES_WAKE_KEY
 from alkstore._options import ScheduleOpts
@@ -39,7 +40,7 @@ from alkstore._receivers import WakeReceiver
 if TYPE_CHECKING:
     from alkstore._store import StopSignal, Store
 
-__all__ = ["DueSchedule", "DueSchedules", "Fired", "run_scheduler"]
+__all__ = ["DueSchedule", "DueSchedules", "Fired", "plan_for", "run_scheduler"]
 
 log = logging.getLogger("alkstore.scheduler")
 
@@ -61,10 +62,17 @@ class DueSchedule:
     expires_s: float | None
     next_fire_at: float
     """The boundary it is at (Unix seconds, the engine's clock)."""
+    spec: str | None = None
+    """The spec as given (engine contract 1.4). None from an engine written for
+    an older contract, which stores ``@every`` schedules only: then
+    ``interval_s`` is all there is to plan with."""
+    tz: str | None = None
+    """A cron spec's time zone as given (``ScheduleOpts.tz``); None is UTC
+    (engine contract 1.4)."""
 
     @property
     def opts(self) -> ScheduleOpts:
-        """The options each fire enqueues with."""
+        """The options each fire enqueues with (priority, max_attempts, expires)."""
         return ScheduleOpts(
             priority=self.priority, max_attempts=self.max_attempts, expires=self.expires_s
         )
@@ -133,6 +141,7 @@ def run_scheduler(store: Store, stop: StopSignal, owner: str) -> None:
 def _lead(store: Store, stop: StopSignal, lock: Lock, changes: _Changes, outage: Outage) -> None:
     """Renew and fire until ``stop``; return after a pause when the database fails."""
     renew_every = lock.ttl_s / 3
+    unplannable: set[tuple[str, str | None, str | None]] = set()
     # Renew first: a lock re-taken after an outage keeps the expiry it had,
     # which may be close.
     renew_at = time.monotonic()
@@ -145,7 +154,7 @@ def _lead(store: Store, stop: StopSignal, lock: Lock, changes: _Changes, outage:
                 renew_at = time.monotonic() + renew_every
             action = "firing due schedules"
             changes.open()  # before reading the schedules: a change after it wakes us
-            next_fire_at = _fire_due(store, lock)
+            next_fire_at = _fire_due(store, lock, unplannable)
         except Database as exc:
             # Whether we still lead is unknown: fire nothing until try_lead says so.
             stop.wait(outage.failed(action, exc))
@@ -158,15 +167,48 @@ def _lead(store: Store, stop: StopSignal, lock: Lock, changes: _Changes, outage:
             changes.await_one(stop, sleep)
 
 
-def _fire_due(store: Store, lock: Lock) -> float | None:
-    """Fire every elapsed boundary; return when (this host's clock) the next is due."""
+def plan_for(schedule: DueSchedule, now: float) -> FirePlan:
+    """The fires ``schedule`` is owed at ``now``: by its cron spec, or its interval.
+
+    Raises:
+        InvalidSpec: its stored cron spec or zone is not valid on this host
+            (a zone its zone data lacks, say).
+    """
+    if schedule.spec is not None and is_cron(schedule.spec):
+        cron = parse_cron(schedule.spec, schedule.tz)
+        return plan_cron_fires(schedule.next_fire_at, cron, now)
+    return plan_fires(schedule.next_fire_at, schedule.interval_s, now)
+
+
+_UNPLANNABLE_RETRY_S = 1.0
+"""How soon a leader looks again while a due schedule cannot be planned."""
+
+
+def _fire_due(
+    store: Store, lock: Lock, unplannable: set[tuple[str, str | None, str | None]]
+) -> float | None:
+    """Fire every elapsed boundary; return when (this host's clock) the next is due.
+
+    A schedule this host cannot plan (its zone unknown here) is logged once
+    and left due; the others fire as ever.
+    """
     due = store._due_schedules()
+    stuck = False
     for schedule in due.schedules:
-        plan = plan_fires(schedule.next_fire_at, schedule.interval_s, due.now)
+        try:
+            plan = plan_for(schedule, due.now)
+        except InvalidSpec as exc:
+            stuck = True
+            key = (schedule.name, schedule.spec, schedule.tz)
+            if key not in unplannable:
+                unplannable.add(key)
+                log.error("schedule %r cannot fire on this host: %s", schedule.name, exc)
+            continue
         if plan.skipped:
             log.warning(
-                "schedule %r: %d missed boundaries skipped (at most %d are caught up)",
-                schedule.name, plan.skipped, len(plan.fire_at),
+                "schedule %r: %s%d missed boundaries skipped (at most %d are caught up)",
+                schedule.name, "more than " if plan.skipped_at_least else "", plan.skipped,
+                MAX_CATCH_UP,
             )  # fmt: skip
         queue_opts = store._declared_queue_opts(schedule.queue)
         stamp = store._stamp(queue_opts, schedule.opts.as_enqueue_opts())
@@ -178,6 +220,8 @@ def _fire_due(store: Store, lock: Lock) -> float | None:
             if fired is Fired.SCHEDULE_CHANGED:
                 break  # re-read next round
     until_next = store._until_next_fire()
+    if stuck:  # the stuck one is the earliest: look again soon, never in a loop
+        until_next = max(_UNPLANNABLE_RETRY_S, until_next or 0.0)
     return None if until_next is None else time.time() + until_next
 
 

@@ -11,13 +11,13 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from alkstore._adopt import adoptable, refused_kind
 from alkstore._capabilities import Capabilities
 from alkstore._codec import encode
-from alkstore._errors import Closed
-from alkstore._every import parse_every
+from alkstore._errors import Closed, InvalidSpec
+from alkstore._every import parse_spec
 from alkstore._inspect import Inspector
 from alkstore._lock import Lock
 from alkstore._names import check_identifier, check_name, outbox_queue_name
@@ -63,6 +63,11 @@ class Store(StoreBasics, abc.ABC):
     ``ReservedName``) and encodes its payload (``Codec``) before touching the
     database, so bad input changes nothing.
     """
+
+    cron_schedules: ClassVar[bool] = False
+    """Engines set it True when ``_schedule`` stores ``opts.tz`` and
+    ``_due_schedules`` gives each ``DueSchedule`` its ``spec`` and ``tz``
+    (engine contract 1.4); core refuses cron specs on a store without it."""
 
     def __init__(
         self,
@@ -172,16 +177,23 @@ class Store(StoreBasics, abc.ABC):
         opts: ScheduleOpts | None = None,
     ) -> Schedule:
         """Create or replace the schedule ``name``: enqueue ``payload`` into
-        ``queue`` at every boundary of ``spec`` (``@every <n><unit>``).
+        ``queue`` at every boundary of ``spec``.
 
-        Boundaries are anchored at the schedule's creation time. Schedules fire
-        only while some process runs :meth:`run_schedules`.
+        ``spec`` is ``@every <n><unit>`` (boundaries anchored at the schedule's
+        creation time), five cron fields or ``@hourly``, ``@daily``,
+        ``@weekly``, ``@monthly`` (wall-clock boundaries in ``opts.tz``, UTC by
+        default; see the cron guide for daylight-saving changes). Schedules
+        fire only while some process runs :meth:`run_schedules`.
 
         Raises:
-            InvalidSpec: ``spec`` is not ``@every <n><unit>``.
+            InvalidSpec: ``spec`` is none of these, an ``@every`` spec was
+                given ``opts.tz``, or this store's engine predates cron
+                schedules (engine contract 1.4).
         """
         self._check_open()
         name, interval_s, queue, opts = check_schedule(name, spec, queue, opts)
+        if interval_s == 0:
+            refuse_cron_unless_stored(self, spec)
         return self._schedule(name, spec, interval_s, queue, encode(payload), opts)
 
     def unschedule(self, name: str) -> bool:
@@ -373,15 +385,34 @@ class Store(StoreBasics, abc.ABC):
 def check_schedule(
     name: str, spec: str, queue: str, opts: ScheduleOpts | None
 ) -> tuple[str, int, str, ScheduleOpts]:
-    """The arguments of ``Store.schedule`` checked: name, interval, queue and opts."""
+    """The arguments of ``Store.schedule`` checked: name, interval (0 for a cron
+    spec), queue and opts."""
     name = check_name(name, "schedule")
-    interval_s = parse_every(spec)
-    queue = check_name(queue, "queue")
     if opts is None:
         opts = ScheduleOpts()
     elif not isinstance(opts, ScheduleOpts):
         raise TypeError(f"opts must be ScheduleOpts or None, not {type(opts).__name__}")
+    interval_s = parse_spec(spec, opts.tz)
+    queue = check_name(queue, "queue")
     return name, interval_s, queue, opts
+
+
+def refuse_cron_unless_stored(store: Store, spec: str) -> None:
+    """Refuse a cron spec on a store whose engine cannot keep one.
+
+    An engine written for engine contract 1.3 or older stores no time zone
+    and reads schedules back without their spec, so its runner could only
+    plan by interval: it sets no ``Store.cron_schedules``.
+
+    Raises:
+        InvalidSpec: ``type(store).cron_schedules`` is not True.
+    """
+    if not getattr(type(store), "cron_schedules", False):
+        raise InvalidSpec(
+            f"schedule spec {spec!r} is a cron spec, which {type(store).__name__} cannot "
+            "store: its engine predates cron schedules (engine contract 1.4, "
+            "Store.cron_schedules); use an '@every' spec, or upgrade the engine"
+        )
 
 
 def default_owner() -> str:

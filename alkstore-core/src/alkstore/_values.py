@@ -74,3 +74,6 @@ class Schedule:
     payload: Any
     next_fire_at: float
     """Unix seconds of the next boundary a runner will fire."""
+    tz: str | None = None
+    """The time zone of a cron spec, as given in ``ScheduleOpts.tz``; None for
+    UTC (the default) and for ``@every`` specs."""

@@ -76,8 +76,8 @@ class PostgresInspector(Inspector):
     def _schedules(self) -> list[Schedule]:
         rows = self._read("schedules", self._store.sql.list_schedules)
         return sorted(
-            (Schedule(unstored(name), spec, unstored(queue), decode(payload), next_fire_at)
-             for name, spec, queue, payload, next_fire_at in rows),
+            (Schedule(unstored(name), spec, unstored(queue), decode(payload), next_fire_at, tz)
+             for name, spec, queue, payload, next_fire_at, tz in rows),
             key=lambda schedule: schedule.name,
         )  # fmt: skip
 

@@ -1,9 +1,10 @@
 """The engine's schema: created or migrated on open under an advisory lock, then checked.
 
 Version 1 indexed names themselves; version 2 indexes their keys (``_sql``),
-so names too long for a btree entry work; version 3 adds unique job keys and
-the stamps a requeued dead letter gets back. An older schema is migrated in
-place, rows kept, by the first process to open it.
+so names too long for a btree entry work; version 3 adds unique job keys,
+the stamps a requeued dead letter gets back, jobs' trace context, and a cron
+schedule's time zone. An older schema is migrated in place, rows kept, by the
+first process to open it.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ _V2_TO_V3 = (
     "ALTER TABLE {s}.dead ADD COLUMN key text, ADD COLUMN visibility_timeout_s double precision, "
     "ADD COLUMN backoff_base_s double precision, ADD COLUMN traceparent text",
     # the unique index on job keys comes with the current schema's DDL
+    # Schedules: the time zone of a cron spec (ScheduleOpts.tz; NULL is UTC, and
+    # every @every schedule). Older rows are @every schedules: NULL fits.
+    "ALTER TABLE {s}.schedules ADD COLUMN tz text",
 )
 
 _MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2, 2: _V2_TO_V3}

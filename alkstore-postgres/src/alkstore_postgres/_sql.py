@@ -150,6 +150,7 @@ TABLES: Mapping[str, tuple[tuple[Column, ...], tuple[str, ...]]] = {
             ("expires_s", "double precision", ""),
             ("anchor", "double precision", "NOT NULL"),
             ("next_fire_at", "double precision", "NOT NULL"),
+            ("tz", "text", ""),  # since version 3: a cron spec's zone, NULL for UTC
         ),
         ("name_key",),
     ),
@@ -470,25 +471,26 @@ class Statements:
             "RETURNING expires_at > {now}"
         )
         self.get_schedule = render(
-            "SELECT spec, anchor, next_fire_at, {now} FROM {s}.schedules "
+            "SELECT spec, anchor, next_fire_at, tz, {now} FROM {s}.schedules "
             "WHERE name_key = {name_key} FOR UPDATE"
         )
         self.now = render("SELECT {now}")
         self.upsert_schedule = render(
             "INSERT INTO {s}.schedules (name_key, name, spec, interval_s, queue, payload, "
-            "priority, max_attempts, expires_s, anchor, next_fire_at) VALUES ({name_key}, "
+            "priority, max_attempts, expires_s, anchor, next_fire_at, tz) VALUES ({name_key}, "
             "%(name)s, %(spec)s, %(interval)s, %(queue)s, %(payload)s, %(priority)s, "
-            "%(max_attempts)s, %(expires)s, %(anchor)s, %(next)s) "
+            "%(max_attempts)s, %(expires)s, %(anchor)s, %(next)s, %(tz)s) "
             "ON CONFLICT (name_key) DO UPDATE SET "
             "spec = excluded.spec, interval_s = excluded.interval_s, queue = excluded.queue, "
             "payload = excluded.payload, priority = excluded.priority, "
             "max_attempts = excluded.max_attempts, expires_s = excluded.expires_s, "
-            "next_fire_at = excluded.next_fire_at"
+            "next_fire_at = excluded.next_fire_at, tz = excluded.tz"
         )
         self.delete_schedule = render("DELETE FROM {s}.schedules WHERE name_key = {name_key}")
+        # A DueSchedule's fields in order, then the server's now.
         self.due_schedules = render(
             "SELECT name, interval_s, queue, payload, priority, max_attempts, expires_s, "
-            "next_fire_at, {now} FROM {s}.schedules WHERE next_fire_at <= {now}"
+            "next_fire_at, spec, tz, {now} FROM {s}.schedules WHERE next_fire_at <= {now}"
         )
         self.next_schedule = render("SELECT MIN(next_fire_at) - {now} FROM {s}.schedules")
         self.advance_schedule = render(
@@ -535,7 +537,7 @@ class Statements:
             "SELECT name, owner, expires_at FROM {s}.locks WHERE expires_at > {now}"
         )
         self.list_schedules = render(
-            "SELECT name, spec, queue, payload, next_fire_at FROM {s}.schedules"
+            "SELECT name, spec, queue, payload, next_fire_at, tz FROM {s}.schedules"
         )
 
 

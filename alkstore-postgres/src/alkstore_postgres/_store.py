@@ -39,6 +39,7 @@ class PostgresStore(Store):
     """A store in one schema of a PostgreSQL database, for many worker hosts."""
 
     job_keys = True
+    cron_schedules = True  # the schedules table keeps tz (schema version 3)
 
     def __init__(self, conninfo: str, address: str, settings: Settings) -> None:
         super().__init__(

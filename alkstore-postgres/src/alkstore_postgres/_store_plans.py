@@ -41,19 +41,19 @@ def schedule(
     if row is None:
         existing, now = None, (yield Statement(sql.now, fetch=Fetch.ONE))[0]
     else:
-        existing, now = PlacedSchedule(row[0], row[1], row[2]), row[3]
-    placed = place_schedule(existing, spec, interval_s, now)
+        existing, now = PlacedSchedule(row[0], row[1], row[2], row[3]), row[4]
+    placed = place_schedule(existing, spec, interval_s, now, opts.tz)
     yield Statement(
         sql.upsert_schedule,
         {
             "name": stored(name), "spec": spec, "interval": interval_s,
             "queue": stored(queue), "payload": payload_json, "priority": opts.priority,
             "max_attempts": opts.max_attempts, "expires": opts.expires,
-            "anchor": placed.anchor, "next": placed.next_fire_at,
+            "anchor": placed.anchor, "next": placed.next_fire_at, "tz": placed.tz,
         },
     )  # fmt: skip
     yield Statement(sql.notify, wake_params(sql.schema, SCHEDULES_WAKE_KEY))
-    return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
+    return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz)
 
 
 def unschedule(sql: Statements, name: str) -> Plan[bool]:

@@ -105,7 +105,9 @@ CREATE TABLE __alkstore_schedules (
 
 # Unique jobs: at most one live job per (queue, key); dead letters keep their
 # key and the stamps a requeue gives back (NULL in rows that died before).
-# Jobs carry the trace context of their enqueue (OpenTelemetry).
+# Jobs carry the trace context of their enqueue (OpenTelemetry). Schedules
+# keep the time zone of a cron spec (ScheduleOpts.tz; NULL is UTC, and every
+# @every schedule): rows written by version 1 are @every schedules.
 _V2 = """
 ALTER TABLE __alkstore_jobs ADD COLUMN key TEXT;
 CREATE UNIQUE INDEX __alkstore_jobs_key ON __alkstore_jobs (queue, key) WHERE key IS NOT NULL;
@@ -114,6 +116,7 @@ ALTER TABLE __alkstore_dead ADD COLUMN key TEXT;
 ALTER TABLE __alkstore_dead ADD COLUMN traceparent TEXT;
 ALTER TABLE __alkstore_dead ADD COLUMN visibility_timeout_s REAL;
 ALTER TABLE __alkstore_dead ADD COLUMN backoff_base_s REAL;
+ALTER TABLE __alkstore_schedules ADD COLUMN tz TEXT;
 """
 
 _META = (

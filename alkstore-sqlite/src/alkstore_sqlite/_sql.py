@@ -221,20 +221,22 @@ RELEASE_LOCK = "DELETE FROM __alkstore_locks WHERE name = ? AND owner = ? RETURN
 # Schedules
 
 GET_SCHEDULE = """
-SELECT spec, interval_s, anchor, next_fire_at FROM __alkstore_schedules WHERE name = ?
+SELECT spec, interval_s, anchor, next_fire_at, tz FROM __alkstore_schedules WHERE name = ?
 """
 UPSERT_SCHEDULE = """
 INSERT INTO __alkstore_schedules (name, spec, interval_s, queue, payload, priority,
-    max_attempts, expires_s, anchor, next_fire_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    max_attempts, expires_s, anchor, next_fire_at, tz)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, interval_s = excluded.interval_s,
     queue = excluded.queue, payload = excluded.payload, priority = excluded.priority,
     max_attempts = excluded.max_attempts, expires_s = excluded.expires_s,
-    next_fire_at = excluded.next_fire_at
+    next_fire_at = excluded.next_fire_at, tz = excluded.tz
 """
 DELETE_SCHEDULE = "DELETE FROM __alkstore_schedules WHERE name = ?"
+# The columns of a DueSchedule, in its fields' order: DueSchedule(*row).
 DUE_SCHEDULES = """
-SELECT name, interval_s, queue, payload, priority, max_attempts, expires_s, next_fire_at
+SELECT name, interval_s, queue, payload, priority, max_attempts, expires_s, next_fire_at,
+    spec, tz
 FROM __alkstore_schedules WHERE next_fire_at <= ?
 """
 NEXT_SCHEDULE = "SELECT MIN(next_fire_at) FROM __alkstore_schedules"
@@ -307,4 +309,4 @@ FROM __alkstore_offsets AS o
 
 HELD_LOCKS = "SELECT name, owner, expires_at FROM __alkstore_locks WHERE expires_at > ?"
 
-LIST_SCHEDULES = "SELECT name, spec, queue, payload, next_fire_at FROM __alkstore_schedules"
+LIST_SCHEDULES = "SELECT name, spec, queue, payload, next_fire_at, tz FROM __alkstore_schedules"

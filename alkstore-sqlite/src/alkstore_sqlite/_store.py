@@ -47,6 +47,7 @@ class SQLiteStore(Store):
     """A store in one SQLite file, shared by any number of threads and processes."""
 
     job_keys = True
+    cron_schedules = True  # the schedules table keeps tz (schema version 2)
 
     def __init__(self, path: str, settings: Settings) -> None:
         super().__init__(path, CAPABILITIES, scheduler_lease_s=settings.scheduler_lease_s)
@@ -123,15 +124,15 @@ class SQLiteStore(Store):
         now = time.time()
         with translate(f"schedule {name!r}"), self.in_transaction() as connection:
             row = connection.execute(_sql.GET_SCHEDULE, (name,)).fetchone()
-            existing = None if row is None else PlacedSchedule(row[0], row[2], row[3])
-            placed = place_schedule(existing, spec, interval_s, now)
+            existing = None if row is None else PlacedSchedule(row[0], row[2], row[3], row[4])
+            placed = place_schedule(existing, spec, interval_s, now, opts.tz)
             connection.execute(
                 _sql.UPSERT_SCHEDULE,
                 (name, spec, interval_s, queue, payload_json, opts.priority, opts.max_attempts,
-                 opts.expires, placed.anchor, placed.next_fire_at),
+                 opts.expires, placed.anchor, placed.next_fire_at, placed.tz),
             )  # fmt: skip
             connection.execute(_sql.NOTIFY, (SCHEDULES_WAKE_KEY, "null", now))
-        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
+        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz)
 
     def _unschedule(self, name: str) -> bool:
         with translate(f"unschedule {name!r}"), self.connection() as connection:

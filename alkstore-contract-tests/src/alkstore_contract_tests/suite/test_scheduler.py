@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -54,10 +56,13 @@ def test_schedule_upserts_by_name_and_unschedule_deletes(store: alkstore.Store) 
     assert not store.unschedule("tick")
 
 
-def test_schedules_refuse_cron_strings(store: alkstore.Store) -> None:
-    for spec in ("0 * * * *", "@daily", "@every 0s", "@every 5w"):
+def test_schedules_refuse_invalid_specs(store: alkstore.Store) -> None:
+    for spec in ("@every 0s", "@every 5w", "0 * * *", "61 * * * *", "0 0 30 2 *", "@yearly"):
         with pytest.raises(alkstore.InvalidSpec):
             store.schedule("tick", spec, "jobs", {})
+    with pytest.raises(alkstore.InvalidSpec, match="only to cron specs"):
+        store.schedule("tick", "@every 1h", "jobs", {}, ScheduleOpts(tz="Europe/Berlin"))
+    assert store.inspect().schedules() == []
 
 
 def test_a_changed_spec_resumes_on_the_grid_anchored_at_creation(store: alkstore.Store) -> None:
@@ -201,3 +206,173 @@ def test_a_leader_that_cannot_renew_raises_leadership_lost(
     assert usurper.finish() == []
     assert len(errors) == 1
     assert isinstance(errors[0], alkstore.LeadershipLost)
+
+
+# Cron schedules in time zones (an extension beyond the seeds' v1: every engine
+# keeps it). Boundaries are computed by core; the engine stores spec and zone
+# and gives them back, so these tests check what comes back and what fires.
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def next_local(zone: ZoneInfo, hour: int, minute: int, after: float) -> float:
+    """The first hour:minute local time after ``after`` (no DST change on the way)."""
+    day = datetime.fromtimestamp(after, zone).date()
+    while True:
+        candidate = datetime(day.year, day.month, day.day, hour, minute, tzinfo=zone)
+        if candidate.timestamp() > after:
+            return candidate.timestamp()
+        day += timedelta(days=1)
+
+
+def offset_changes(zone: ZoneInfo, start: float, days: int) -> list[tuple[datetime, int]]:
+    """When the zone's UTC offset changes in ``days`` days from ``start``
+    (negative: back in time, latest first), as the local time just after the
+    change, with the change's sign."""
+
+    def offset(moment: datetime) -> timedelta:
+        found = moment.astimezone(zone).utcoffset()
+        assert found is not None
+        return found
+
+    changes = []
+    step = 1 if days > 0 else -1
+    origin = datetime.fromtimestamp(start, timezone.utc)
+    for n in range(0, days, step):
+        moment = origin + timedelta(days=n)
+        before, after = offset(moment - timedelta(days=1)), offset(moment)
+        if before != after:
+            change = moment - timedelta(days=1)
+            while offset(change) == before:  # to the minute after the change
+                change += timedelta(minutes=1)
+            changes.append((change.astimezone(zone), 1 if after > before else -1))
+    return changes
+
+
+def clear_of_the_hour() -> None:
+    """Wait while the next full hour (UTC, and in every zone of a whole-hour
+    offset) is less than 5 s away, so a test scheduling an hourly spec and then
+    firing it sees the same next boundary throughout."""
+    while (3_600 - time.time() % 3_600) < 5:
+        time.sleep(0.5)
+
+
+def test_a_cron_schedule_keeps_its_spec_and_zone_and_fires_at_local_time(
+    store: alkstore.Store,
+) -> None:
+    created = store.schedule(
+        "nightly", "30 3 * * *", "jobs", {"v": 1}, ScheduleOpts(tz="Europe/Berlin")
+    )
+    assert (created.spec, created.tz) == ("30 3 * * *", "Europe/Berlin")
+    expected = next_local(BERLIN, 3, 30, time.time() - 5)
+    if expected <= time.time():  # 03:30 in Berlin is passing right now
+        expected = next_local(BERLIN, 3, 30, time.time())
+    assert created.next_fire_at == expected
+    before = time.time()
+    daily = store.schedule("daily", "@daily", "jobs", 2)  # no zone: UTC
+    assert (daily.spec, daily.tz) == ("@daily", None)
+    assert daily.next_fire_at in {(t // 86_400 + 1) * 86_400 for t in (before, time.time())}
+    assert store.inspect().schedules() == [daily, created]
+
+
+def test_the_same_cron_spec_again_keeps_its_timing_and_another_zone_moves_it(
+    store: alkstore.Store,
+) -> None:
+    opts = ScheduleOpts(tz="Europe/Berlin")
+    created = store.schedule("nightly", "0 3 * * *", "jobs", 1, opts)
+    again = store.schedule("nightly", "0 3 * * *", "jobs", 2, opts)
+    assert again.next_fire_at == created.next_fire_at
+    moved = store.schedule("nightly", "0 3 * * *", "jobs", 2, ScheduleOpts(tz="Asia/Tokyo"))
+    assert moved.tz == "Asia/Tokyo"
+    tokyo = ZoneInfo("Asia/Tokyo")
+    assert moved.next_fire_at in {
+        next_local(tokyo, 3, 0, time.time() - 5),
+        next_local(tokyo, 3, 0, time.time()),
+    }
+    back = store.schedule("nightly", "@every 1h", "jobs", 3)
+    assert (back.spec, back.tz) == ("@every 1h", None)
+    [listed] = store.inspect().schedules()
+    assert listed == back
+
+
+def test_a_local_time_skipped_by_the_next_spring_forward_fires_at_the_end_of_the_gap(
+    store: alkstore.Store,
+) -> None:
+    day, _ = next(c for c in offset_changes(BERLIN, time.time() + 86_400, 400) if c[1] > 0)
+    spec = f"30 2 {day.day} {day.month} *"  # 02:30 on a day that has no 02:30
+    created = store.schedule("gap", spec, "jobs", 1, ScheduleOpts(tz="Europe/Berlin"))
+    assert datetime.fromtimestamp(created.next_fire_at, BERLIN) == datetime(
+        day.year, day.month, day.day, 3, 0, tzinfo=BERLIN
+    )
+
+
+def test_a_local_time_repeated_by_the_next_fall_back_fires_at_its_first_occurrence(
+    store: alkstore.Store,
+) -> None:
+    day, _ = next(c for c in offset_changes(BERLIN, time.time() + 86_400, 400) if c[1] < 0)
+    spec = f"30 2 {day.day} {day.month} *"  # 02:30 happens twice that day
+    created = store.schedule("twice", spec, "jobs", 1, ScheduleOpts(tz="Europe/Berlin"))
+    first = datetime(day.year, day.month, day.day, 2, 30, tzinfo=BERLIN, fold=0)
+    assert created.next_fire_at == first.timestamp()
+    assert first.utcoffset() == timedelta(hours=2)  # summer time: the first of the two
+
+
+@pytest.mark.parametrize(
+    ("sign", "hours", "fires"),
+    [pytest.param(1, "0-5", 6, id="spring forward: 02:30 fires at 03:00"),
+     pytest.param(-1, "0-4", 5, id="fall back: 02:30 fires once")],
+)  # fmt: skip
+def test_a_runner_catching_up_across_the_last_dst_change_fires_each_local_time_once(
+    provider: TestProvider,
+    target: StoreTarget,
+    store: alkstore.Store,
+    scheduler_lease_s: float,
+    sign: int,
+    hours: str,
+    fires: int,
+) -> None:
+    needs(provider, "shift_schedule")
+    day, _ = next(c for c in offset_changes(BERLIN, time.time() - 86_400, -400) if c[1] == sign)
+    spec = f"30 {hours} {day.day} {day.month} *"  # :30 past each hour around the change
+    created = store.schedule("dst", spec, "jobs", 1, ScheduleOpts(tz="Europe/Berlin"))
+    past = datetime(day.year, day.month, day.day, 0, 30, tzinfo=BERLIN).timestamp()
+    provider.shift_schedule(target, "dst", past - created.next_fire_at)
+    runner = Runner(store, "leader")
+    eventually(lambda: len(store.inspect().jobs("jobs")) >= fires)
+    time.sleep(0.3)  # a runner firing too much would have by now
+    assert runner.finish() == []
+    assert len(drain(store, "jobs")) == fires
+    [schedule] = store.inspect().schedules()
+    assert schedule.next_fire_at == created.next_fire_at  # next year's first :30
+
+
+def test_cron_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward(
+    provider: TestProvider, target: StoreTarget, store: alkstore.Store, scheduler_lease_s: float
+) -> None:
+    needs(provider, "shift_schedule")
+    clear_of_the_hour()
+    created = store.schedule("hourly", "@hourly", "jobs", 1)
+    provider.shift_schedule(target, "hourly", -100 * 3_600.0)  # 100 boundaries behind
+    runner = Runner(store, "leader")
+    eventually(lambda: len(store.inspect().jobs("jobs")) >= 64)
+    time.sleep(0.3)
+    assert runner.finish() == []
+    assert len(drain(store, "jobs")) == 64
+    [schedule] = store.inspect().schedules()
+    assert schedule.next_fire_at == created.next_fire_at  # the first boundary after now
+
+
+def test_a_few_missed_cron_boundaries_are_all_caught_up(
+    provider: TestProvider, target: StoreTarget, store: alkstore.Store, scheduler_lease_s: float
+) -> None:
+    needs(provider, "shift_schedule")
+    clear_of_the_hour()
+    created = store.schedule("hourly", "0 * * * *", "jobs", 1, ScheduleOpts(tz="Asia/Tokyo"))
+    provider.shift_schedule(target, "hourly", -3 * 3_600.0)
+    runner = Runner(store, "leader")
+    eventually(lambda: len(store.inspect().jobs("jobs")) >= 3)
+    time.sleep(0.3)
+    assert runner.finish() == []
+    assert len(drain(store, "jobs")) == 3
+    [schedule] = store.inspect().schedules()
+    assert (schedule.next_fire_at, schedule.tz) == (created.next_fire_at, "Asia/Tokyo")

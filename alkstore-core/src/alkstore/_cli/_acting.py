@@ -48,9 +48,16 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
     schedule = command(commands, common, "schedule", "create or replace a schedule")(_schedule)
     schedule.add_argument("name")
-    schedule.add_argument("spec", help="@every <n><s|m|h|d>, e.g. '@every 5m'")
+    schedule.add_argument(
+        "spec",
+        help="@every <n><s|m|h|d> ('@every 5m'), five cron fields ('0 3 * * *') or "
+        "@hourly, @daily, @weekly, @monthly",
+    )
     schedule.add_argument("queue", help="the queue each fire enqueues into")
     schedule.add_argument("payload", type=json_value, help="each job's payload, as JSON")
+    schedule.add_argument(
+        "--tz", help="the IANA time zone of a cron spec, e.g. Europe/Berlin (default: UTC)"
+    )
     _add_job_options(schedule)
 
     unschedule = command(commands, common, "unschedule", "delete a schedule")(_unschedule)
@@ -98,7 +105,10 @@ def _notify(arguments: argparse.Namespace) -> int:
 
 def _schedule(arguments: argparse.Namespace) -> int:
     opts = ScheduleOpts(
-        priority=arguments.priority, max_attempts=arguments.max_attempts, expires=arguments.expires
+        priority=arguments.priority,
+        max_attempts=arguments.max_attempts,
+        expires=arguments.expires,
+        tz=arguments.tz,
     )
     with opened_store(arguments, creates=True) as store:
         made = store.schedule(
@@ -108,7 +118,8 @@ def _schedule(arguments: argparse.Namespace) -> int:
         print_json(dataclasses.asdict(made))
     else:
         upcoming = when(made.next_fire_at, time.time())
-        print(f"{made.name}: {made.spec} into {made.queue!r}, next {upcoming}")
+        zone = f" ({made.tz})" if made.tz is not None else ""
+        print(f"{made.name}: {made.spec}{zone} into {made.queue!r}, next {upcoming}")
     return EXIT_OK
 
 

@@ -11,7 +11,7 @@ from alkstore._cli._common import EXIT_OK, command, opened_store
 from alkstore._cli._output import ago, clip, print_json, print_table, when
 from alkstore._discovery import engines
 from alkstore._inspect import JOB_STATES, MAX_JOBS_LISTED
-from alkstore._values import JobInfo
+from alkstore._values import JobInfo, Schedule
 
 __all__ = ["register"]
 
@@ -145,8 +145,17 @@ def _schedules(arguments: argparse.Namespace) -> int:
         return EXIT_OK
     now = time.time()
     print_table(
-        ("SCHEDULE", "SPEC", "QUEUE", "NEXT FIRE", "PAYLOAD"),
-        [(s.name, s.spec, s.queue, when(s.next_fire_at, now), clip(s.payload)) for s in schedules],
+        ("SCHEDULE", "SPEC", "TZ", "QUEUE", "NEXT FIRE", "PAYLOAD"),
+        [(s.name, s.spec, _zone_of(s), s.queue, when(s.next_fire_at, now), clip(s.payload))
+         for s in schedules],
         empty="no schedules",
-    )
+    )  # fmt: skip
     return EXIT_OK
+
+
+def _zone_of(schedule: Schedule) -> str:
+    """The zone a schedule's spec is read in: its tz, UTC for a cron spec without
+    one, '-' for an interval (no zone applies)."""
+    if schedule.tz is not None:
+        return schedule.tz
+    return "-" if schedule.spec.startswith("@every") else "UTC"

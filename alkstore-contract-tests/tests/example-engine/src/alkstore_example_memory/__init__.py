@@ -622,7 +622,12 @@ class MemoryInspector(Inspector):
         with self.db.state:
             return [
                 Schedule(
-                    name, s["spec"], s["queue"], decode(s["payload"]), s["placed"].next_fire_at
+                    name,
+                    s["spec"],
+                    s["queue"],
+                    decode(s["payload"]),
+                    s["placed"].next_fire_at,
+                    s["placed"].tz,
                 )
                 for name, s in sorted(self.db.schedules.items())
             ]
@@ -650,6 +655,7 @@ class MemoryStore(Store):
     tx_class: ClassVar[type[MemoryTx]] = MemoryTx
     queue_class: ClassVar[type[MemoryQueue]] = MemoryQueue
     stream_class: ClassVar[type[MemoryStream]] = MemoryStream
+    cron_schedules = True  # keeps opts.tz, and gives DueSchedule its spec and tz
 
     def __init__(self, name: str, scheduler_lease_s: float) -> None:
         super().__init__(f"memory://{name}", CAPABILITIES, scheduler_lease_s=scheduler_lease_s)
@@ -699,13 +705,13 @@ class MemoryStore(Store):
         with self.db.writing():
             old = self.db.schedules.get(name)
             existing = None if old is None else old["placed"]
-            placed = place_schedule(existing, spec, interval_s, time.time())
+            placed = place_schedule(existing, spec, interval_s, time.time(), opts.tz)
             self.db.schedules[name] = {
                 "spec": spec, "interval_s": interval_s, "queue": queue, "payload": payload_json,
                 "opts": opts, "placed": placed,
             }  # fmt: skip
         self.db.wake({SCHEDULES_WAKE_KEY})
-        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at)
+        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz)
 
     def _unschedule(self, name: str) -> bool:
         with self.db.writing():
@@ -716,7 +722,8 @@ class MemoryStore(Store):
         with self.db.state:
             due = [
                 DueSchedule(name, s["interval_s"], s["queue"], s["payload"], s["opts"].priority,
-                            s["opts"].max_attempts, s["opts"].expires, s["placed"].next_fire_at)
+                            s["opts"].max_attempts, s["opts"].expires, s["placed"].next_fire_at,
+                            s["spec"], s["placed"].tz)
                 for name, s in self.db.schedules.items()
                 if s["placed"].next_fire_at <= now
             ]  # fmt: skip
@@ -737,7 +744,7 @@ class MemoryStore(Store):
             if placed is None or placed.next_fire_at != boundary:
                 return Fired.SCHEDULE_CHANGED
             with self.db.state:
-                row["placed"] = PlacedSchedule(placed.spec, placed.anchor, advance_to)  # type: ignore[index]
+                row["placed"] = PlacedSchedule(placed.spec, placed.anchor, advance_to, placed.tz)  # type: ignore[index]
             tx._enqueue_tx(schedule.queue, stamp, schedule.payload_json)
         return Fired.FIRED
 
@@ -820,7 +827,7 @@ class MemoryTestProvider(TestProvider):
         with db.writing():
             placed = db.schedules[name]["placed"]
             db.schedules[name]["placed"] = PlacedSchedule(
-                placed.spec, placed.anchor, placed.next_fire_at + by_s
+                placed.spec, placed.anchor, placed.next_fire_at + by_s, placed.tz
             )
 
     def commit_behind_its_back(self, tx: TxHandle) -> None:

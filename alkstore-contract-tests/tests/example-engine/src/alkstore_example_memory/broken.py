@@ -36,6 +36,7 @@ __all__ = [
     "DriftingSchedulesEngine",
     "EarlyOwnWakesEngine",
     "EchoingWakesEngine",
+    "ForgetsZonesEngine",
     "ImmortalLocksEngine",
     "LeakyAdoptionEngine",
     "NoRollbackEngine",
@@ -193,9 +194,23 @@ class _UpsertMovesScheduleStore(MemoryStore):
             existing = self.db.schedules.get(name)
             if existing is not None and existing["spec"] == spec:
                 placed = existing["placed"]
-                moved = PlacedSchedule(placed.spec, placed.anchor, time.time() + interval_s)
+                moved = PlacedSchedule(
+                    placed.spec, placed.anchor, time.time() + interval_s, placed.tz
+                )
                 existing["placed"] = moved
             return super()._schedule(name, spec, interval_s, queue, payload_json, opts)
+
+
+class _ForgetsZonesStore(MemoryStore):
+    """Stores a cron schedule without its time zone (reads every spec in UTC)."""
+
+    def _schedule(
+        self, name: str, spec: str, interval_s: int, queue: str, payload_json: str,
+        opts: ScheduleOpts,
+    ) -> Schedule:  # fmt: skip
+        utc = ScheduleOpts(priority=opts.priority, max_attempts=opts.max_attempts,
+                           expires=opts.expires)  # fmt: skip
+        return super()._schedule(name, spec, interval_s, queue, payload_json, utc)
 
 
 class _OneChannelPerCommit(MemoryTx):
@@ -321,6 +336,14 @@ class DriftingSchedulesEngine(MemoryEngine):
     name = "memory-drifting-schedules"
     schemes = ("memory-drifting-schedules",)
     store_class: ClassVar[type[MemoryStore]] = _DriftingSchedulesStore
+
+
+class ForgetsZonesEngine(MemoryEngine):
+    """Drops ScheduleOpts.tz: cron schedules fire in UTC."""
+
+    name = "memory-forgets-zones"
+    schemes = ("memory-forgets-zones",)
+    store_class: ClassVar[type[MemoryStore]] = _ForgetsZonesStore
 
 
 class UpsertMovesScheduleEngine(MemoryEngine):
