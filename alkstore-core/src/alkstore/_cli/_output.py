@@ -132,4 +132,5 @@ class _StderrLines(logging.Handler):
             return f"{line}\n{logging.Formatter().formatException(record.exc_info).rstrip()}"
         error = record.exc_info[1]
         first = " ".join((str(error).strip().splitlines() or [""])[0].split())
-        return f"{line}: {type(error).__name__}" + (f": {first}" if first else "")
+        said = type(error).__name__ + (f": {first}" if first else "")
+        return line if line.endswith(said) else f"{line}: {said}"
