@@ -282,6 +282,23 @@ def test_queues_and_jobs_count_and_list_every_state(dsn: str) -> None:
     assert ok("jobs", "nosuch", "--dsn", dsn) == "no jobs in 'nosuch'\n"
 
 
+def test_jobs_clips_a_long_error_to_one_line_like_payloads(dsn: str) -> None:
+    error = "RuntimeError: the mail server said:\n  " + "no " * 40 + "\nand more"
+    with alkstore.open(dsn) as store:
+        store.queue("q").enqueue({"text": "x" * 100})
+        job = store.queue("q").claim_one("w")
+        assert job is not None
+        assert job.fail(error)
+    headers = ("ID", "STATE", "ATTEMPTS", "PRIORITY", "RUN AT", "WORKER", "ERROR", "PAYLOAD")
+    printed = ok("jobs", "q", "--dsn", dsn)
+    assert len(printed.splitlines()) == 2  # the header and one row: no line feed leaks
+    (row,) = table(printed, headers)
+    assert row["ERROR"] == ("RuntimeError: the mail server said: " + "no " * 40)[:59] + "…"
+    assert len(row["ERROR"]) == len(row["PAYLOAD"]) == 60
+    (listed,) = ok_json("jobs", "q", "--dsn", dsn)
+    assert listed["last_error"] == error  # scripts get it whole
+
+
 def test_streams_lists_heads_and_consumer_lag(dsn: str) -> None:
     assert ok("streams", "--dsn", dsn) == "no streams\n"
     assert ok("publish", "orders", '{"order": 1}', "--dsn", dsn) == "1\n"
@@ -465,7 +482,10 @@ def test_worker_handles_jobs_and_prints_a_summary_when_stopped(dsn: str, tmp_pat
     assert out == "handled 4: 3 succeeded, 1 failed, 0 released, 0 lost\n"
     assert err.startswith("alkstore: worker ")
     assert " on 'q' (Ctrl-C to stop)\n" in err.splitlines(keepends=True)[0]
-    assert f"alkstore: job {doomed} of 'q' failed: RuntimeError: job {doomed} refused\n" in err
+    assert (
+        f"alkstore: job {doomed} of 'q' failed on its last attempt (1 of 1) and went to dead "
+        f"letters: RuntimeError: job {doomed} refused\n"
+    ) in err  # once: the traceback's error is not repeated after the message
     assert "Traceback" not in err  # only with --debug
     assert "/s" not in err
     assert "\r" not in err
@@ -501,7 +521,9 @@ def test_worker_shows_live_progress_on_a_terminal(dsn: str, tmp_path: Path) -> N
     assert out == "handled 3: 3 succeeded, 0 failed, 0 released, 0 lost\n"
     text = shown.decode()
     assert "\r\x1b[2Khandled" in text  # one status line, rewritten in place
-    assert re.search(r"handled 3 \(0 failed\) · \d+\.\d/s · in flight 0\r?\n", text), text
+    assert re.search(
+        r"handled 3 \(0 failed\) · \d+\.\d/s \(last 10 s\) · in flight 0\r?\n", text
+    ), text
 
 
 def test_two_workers_and_the_queues_view_agree_on_counts(dsn: str, tmp_path: Path) -> None:
