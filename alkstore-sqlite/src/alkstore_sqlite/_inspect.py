@@ -42,12 +42,28 @@ class SQLiteInspector(Inspector):
             return connection.execute(sql, params).fetchall()
 
     def _queues(self) -> list[QueueStats]:
-        rows = self._read("queues", _sql.QUEUE_STATS, {"now": time.time()})
-        return sorted(
-            (QueueStats(name, ready, scheduled, expired, processing, dead, age)
-             for name, ready, scheduled, expired, processing, dead, age in rows),
-            key=lambda stats: stats.name,
-        )  # fmt: skip
+        # Several statements in one read transaction: one snapshot, no lock a writer waits on.
+        now = time.time()
+        found = []
+        with translate("inspect queues"), self._store.connection() as connection:
+            connection.execute("BEGIN")
+            try:
+                names = [name for (name,) in connection.execute(_sql.QUEUE_NAMES)]
+                for name in names:
+                    params = {"queue": name, "now": now}
+                    pending, due, due_expired, later_expired, claimed, dead = connection.execute(
+                        _sql.QUEUE_COUNTS, params
+                    ).fetchone()
+                    later = pending - due
+                    (oldest,) = connection.execute(_sql.OLDEST_READY, params).fetchone()
+                    found.append(QueueStats(
+                        name, due - due_expired, later - later_expired,
+                        due_expired + later_expired, claimed, dead,
+                        None if oldest is None else now - oldest,
+                    ))  # fmt: skip
+            finally:
+                connection.execute("COMMIT")
+        return sorted(found, key=lambda stats: stats.name)
 
     def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
         params = {"queue": queue, "limit": limit}
