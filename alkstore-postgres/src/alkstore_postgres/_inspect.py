@@ -93,6 +93,9 @@ def _queue_stats(sql: str) -> Plan[list[Any]]:
     """The queue statistics, every count read from an index (see ``Statements``)."""
     yield Operation("inspect queues", transaction=True)
     yield Statement("SET LOCAL enable_seqscan = off")
+    # Sequential scans off makes their (unused) plans cost 10^10, which would
+    # have the statement JIT-compiled: 1.4 s of a 2.8 s read at 1,000,000 jobs.
+    yield Statement("SET LOCAL jit = off")
     return list((yield Statement(sql, None, Fetch.ALL)))
 
 

@@ -259,22 +259,27 @@ _QUEUE_STATS = (
     "(SELECT queue FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL LIMIT 1), "
     "(SELECT queue FROM {s}.jobs WHERE queue_key = k AND deadline IS NOT NULL LIMIT 1), "
     "(SELECT queue FROM {s}.dead WHERE queue_key = k LIMIT 1)), "
-    "p.n, p.due, "
+    "p.n, p.n - q.later, "
     f"(SELECT count(*) {_EXPIRED} AND run_at <= c.now), "
     f"(SELECT count(*) {_EXPIRED} AND run_at > c.now), "
     "(SELECT count(*) FROM {s}.jobs WHERE queue_key = k AND deadline IS NOT NULL), "
     "(SELECT count(*) FROM {s}.dead WHERE queue_key = k), "
-    "c.now - (WITH RECURSIVE priorities(p) AS ("
+    "c.now - q.oldest "
+    "FROM keys CROSS JOIN clock AS c CROSS JOIN LATERAL ("
+    "SELECT count(*) AS n FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL) AS p "
+    # Per priority (a skip-scan): its rows ready later, a range of the index, and
+    # its first ready row: neither reads the rows that are ready now.
+    "CROSS JOIN LATERAL (WITH RECURSIVE priorities(p) AS ("
     "SELECT max(priority) FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL "
     "UNION ALL SELECT (SELECT max(priority) FROM {s}.jobs "
     "WHERE queue_key = k AND deadline IS NULL AND priority < pr.p) "
     "FROM priorities AS pr WHERE pr.p IS NOT NULL) "
-    "SELECT min((SELECT run_at FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL "
+    "SELECT COALESCE(sum((SELECT count(*) FROM {s}.jobs WHERE queue_key = k "
+    "AND deadline IS NULL AND priority = pr.p AND run_at > c.now)), 0)::bigint AS later, "
+    "min((SELECT run_at FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL "
     "AND priority = pr.p AND run_at <= c.now AND (expires_at IS NULL OR expires_at > c.now) "
-    "ORDER BY priority DESC, run_at LIMIT 1)) FROM priorities AS pr WHERE pr.p IS NOT NULL) "
-    "FROM keys CROSS JOIN clock AS c CROSS JOIN LATERAL ("
-    "SELECT count(*) AS n, count(*) FILTER (WHERE run_at <= c.now) AS due "
-    "FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL) AS p"
+    "ORDER BY priority DESC, run_at LIMIT 1)) AS oldest "
+    "FROM priorities AS pr WHERE pr.p IS NOT NULL) AS q"
 )
 """Per queue: name, pending, due, due past expiry, later past expiry, claimed, dead,
 oldest ready age (seconds, NULL with none ready)."""
@@ -493,11 +498,12 @@ class Statements:
         # Inspection: each listing is one plain SELECT (one snapshot, no row locks).
         # Queue statistics read every count from an index: queue keys by a
         # skip-scan of each index that leads with the key, then per key the
-        # pending rows split by run_at (jobs_ready, index-only), those past
+        # pending rows (jobs_ready, index-only; those ready later counted per
+        # priority, a range of the same index), those past
         # expiry (jobs_expiring: only they are fetched from the heap), claimed
         # (jobs_claimed) and dead (dead_by_queue) rows, and the oldest ready job
         # as the first ready row of each priority (jobs_ready, priorities by a
-        # skip-scan). Run after SET LOCAL enable_seqscan = off (queue_stats_plan):
+        # skip-scan). Run after SET LOCAL enable_seqscan = off (and jit = off):
         # for a key that holds most of the table the planner would otherwise scan
         # the whole table once per queue, small queues included.
         self.queue_stats = render(_QUEUE_STATS)

@@ -1,8 +1,9 @@
-"""Inspection on SQLite: one read statement per listing, never a write lock.
+"""Inspection on SQLite: reads only, never a write lock.
 
-Each listing is a single statement, so it sees one snapshot of the file; in
-WAL mode a reader neither waits for a writer's open transaction nor holds
-one up. "Now" is this host's clock, as everywhere in the engine.
+Each listing is a single statement, or (the queues) a few statements in one
+read transaction, so it sees one snapshot of the file; in WAL mode a reader
+neither waits for a writer's open transaction nor holds one up. "Now" is
+this host's clock, as everywhere in the engine.
 """
 
 from __future__ import annotations
@@ -51,11 +52,11 @@ class SQLiteInspector(Inspector):
                 names = [name for (name,) in connection.execute(_sql.QUEUE_NAMES)]
                 for name in names:
                     params = {"queue": name, "now": now}
-                    pending, due, due_expired, later_expired, claimed, dead = connection.execute(
+                    pending, due_expired, later_expired, claimed, dead = connection.execute(
                         _sql.QUEUE_COUNTS, params
                     ).fetchone()
-                    later = pending - due
-                    (oldest,) = connection.execute(_sql.OLDEST_READY, params).fetchone()
+                    later, oldest = connection.execute(_sql.PENDING_BY_PRIORITY, params).fetchone()
+                    due = pending - later
                     found.append(QueueStats(
                         name, due - due_expired, later - later_expired,
                         due_expired + later_expired, claimed, dead,

@@ -213,14 +213,11 @@ UPDATE __alkstore_schedules SET next_fire_at = ? WHERE name = ? AND next_fire_at
 
 # Inspection: reads only, each one statement (one snapshot), never a write lock.
 
-# Per queue: the pending rows split by the clock (bound as :now), the claimed
-# rows, and the dead letters; a queue with only dead letters is listed too.
-_READY = "deadline IS NULL AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)"
-# Queue statistics, each count read from one index (never the table): the
-# names by a skip-scan of each index that leads with the queue, then per queue
-# one statement of counts and one for the oldest ready job, all inside one
-# read transaction, so they see one snapshot. Pending rows split by run_at on
-# __alkstore_jobs_ready (covering); those past expiry are read through
+# Queue statistics, each count read from an index, never by a scan of the
+# table: the names by a skip-scan of each index that leads with the queue,
+# then per queue one statement of counts and one per priority (ready later,
+# oldest ready), in one read transaction, so they see one snapshot. Pending
+# rows on __alkstore_jobs_ready; those past expiry through
 # __alkstore_jobs_expiring (only rows past expiry are looked up in the table);
 # claimed rows on __alkstore_jobs_claimed, dead rows on __alkstore_dead_by_queue.
 QUEUE_NAMES = """
@@ -252,25 +249,23 @@ _PAST_EXPIRY = (
     "SELECT COUNT(*) FROM __alkstore_jobs INDEXED BY __alkstore_jobs_expiring "
     "WHERE queue = :queue AND expires_at <= :now AND deadline IS NULL"
 )
-# pending, due (run_at <= now), due past expiry, later past expiry, claimed, dead.
-# SQLite (3.40) looks each pending row up in the table for its deadline even
-# on the partial index __alkstore_jobs_ready: one pass counts both kinds.
+# pending, due past expiry, later past expiry, claimed, dead. SQLite (3.40)
+# looks each pending row up in the table for its deadline even on the partial
+# index __alkstore_jobs_ready, so the pending rows are read once, here.
 QUEUE_COUNTS = f"""
-SELECT pending.n, pending.due,
+SELECT
+    (SELECT COUNT(*) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NULL),
     ({_PAST_EXPIRY} AND run_at <= :now),
     ({_PAST_EXPIRY} AND run_at > :now),
     (SELECT COUNT(*) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NOT NULL),
     (SELECT COUNT(*) FROM __alkstore_dead WHERE queue = :queue)
-FROM (
-    SELECT COUNT(*) AS n, COALESCE(SUM(run_at <= :now), 0) AS due
-    FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NULL
-) AS pending
 """
 
-# The oldest ready job's ready time: the first of each priority's run_at order
-# on __alkstore_jobs_ready (priorities found by a skip-scan), past-expiry rows
-# skipped on the way.
-OLDEST_READY = """
+# Per priority of the queue's pending rows (found by a skip-scan of
+# __alkstore_jobs_ready): how many are ready later (a range of the index), and
+# the first ready one in run_at order, past-expiry rows skipped on the way.
+# Neither reads the rows that are ready now. Returns (later, oldest ready run_at).
+PENDING_BY_PRIORITY = """
 WITH RECURSIVE priorities(p) AS (
     SELECT MAX(priority) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NULL
     UNION ALL
@@ -278,12 +273,18 @@ WITH RECURSIVE priorities(p) AS (
             WHERE queue = :queue AND deadline IS NULL AND priority < p)
     FROM priorities WHERE p IS NOT NULL
 )
-SELECT MIN((
-    SELECT run_at FROM __alkstore_jobs
-    WHERE queue = :queue AND deadline IS NULL AND priority = p AND run_at <= :now
-      AND (expires_at IS NULL OR expires_at > :now)
-    ORDER BY run_at LIMIT 1
-)) FROM priorities WHERE p IS NOT NULL
+SELECT
+    COALESCE(SUM((
+        SELECT COUNT(*) FROM __alkstore_jobs
+        WHERE queue = :queue AND deadline IS NULL AND priority = p AND run_at > :now
+    )), 0),
+    MIN((
+        SELECT run_at FROM __alkstore_jobs
+        WHERE queue = :queue AND deadline IS NULL AND priority = p AND run_at <= :now
+          AND (expires_at IS NULL OR expires_at > :now)
+        ORDER BY run_at LIMIT 1
+    ))
+FROM priorities WHERE p IS NOT NULL
 """
 
 # Live and dead rows in one shape: JOB_COLUMNS, then died_at (NULL unless dead).
