@@ -16,8 +16,11 @@ autovacuum would do), it times:
 - ``command``: ``alkstore metrics --dsn …`` as a process, start to exit,
   median of 3 (interpreter start and imports included);
 
-and prints each read's query plan (``EXPLAIN QUERY PLAN``, ``EXPLAIN
-(ANALYZE, BUFFERS)``), marking every full table scan. The JSON goes to
+and prints the query plan of every statement those reads ran (``EXPLAIN
+QUERY PLAN``, ``EXPLAIN (ANALYZE, BUFFERS)``), marking every full table
+scan. The statements are caught as the driver runs them (``sqlite3``'s trace
+callback, ``psycopg.Connection.execute``), so the plans are those of the
+engines' own SQL, through the public API only. The JSON goes to
 ``bench/results/metrics_scale.json`` unless ``--json`` says elsewhere.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import shutil
 import sqlite3
@@ -41,9 +45,6 @@ import psycopg
 from _harness import postgres_database
 
 import alkstore
-from alkstore._metrics import read_metrics
-from alkstore_postgres._sql import Statements
-from alkstore_sqlite import _sql
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "metrics_scale.json"
@@ -150,38 +151,88 @@ def _command(dsn: str) -> list[str]:
     return [*base, "metrics", "--dsn", dsn]
 
 
-def _plans_sqlite(path: str) -> dict[str, list[str]]:
-    statements = {
-        "queue names": _sql.QUEUE_NAMES, "queue counts": _sql.QUEUE_COUNTS,
-        "by priority": _sql.PENDING_BY_PRIORITY, "streams": _sql.STREAM_STATS,
-        "schedules": _sql.LIST_SCHEDULES,
-    }  # fmt: skip
-    params = {"queue": "big", "now": time.time()}
+@contextlib.contextmanager
+def _statements_run(engine: str) -> Iterator[list[tuple[str, Any]]]:
+    """Every read statement the driver runs meanwhile, with its parameters."""
+    caught: list[tuple[str, Any]] = []
+    if engine == "sqlite":
+        connect = sqlite3.connect
+
+        def traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            connection: sqlite3.Connection = connect(*args, **kwargs)
+            connection.set_trace_callback(lambda text: caught.append((text, None)))
+            return connection
+
+        with _patched(sqlite3, "connect", traced):
+            yield caught
+        return
+    execute = psycopg.Connection.execute
+
+    def recorded(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        caught.append((str(query), params))
+        return execute(self, query, params, **kwargs)
+
+    with _patched(psycopg.Connection, "execute", recorded):
+        yield caught
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+def _reads(caught: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The SELECTs among what was caught (no BEGIN, SET, COMMIT), each once."""
+    seen: dict[str, Any] = {}
+    for text, params in caught:
+        if text.lstrip().upper().startswith(("SELECT", "WITH")):
+            seen.setdefault(text, params)
+    return list(seen.items())
+
+
+def _plans(engine: str, dsn: str) -> dict[str, list[str]]:
+    """The inspector's reads, run once to catch them, then each one's plan."""
+    with _statements_run(engine) as caught, alkstore.open(dsn) as store:
+        inspector = store.inspect()
+        marks = {}
+        for name, read in (
+            ("queues", inspector.queues),
+            ("streams", inspector.streams),
+            ("schedules", inspector.schedules),
+        ):
+            marks[name] = len(caught)
+            read()
+        marks["end"] = len(caught)
+    order = ["queues", "streams", "schedules", "end"]
+    plans: dict[str, list[str]] = {}
+    for name, after in itertools.pairwise(order):
+        for number, (text, params) in enumerate(_reads(caught[marks[name] : marks[after]])):
+            key = f"{name} {number + 1}"
+            plans[key] = (
+                _plan_sqlite(dsn, text) if engine == "sqlite" else _plan_postgres(dsn, text, params)
+            )
+    return plans
+
+
+def _plan_sqlite(path: str, text: str) -> list[str]:
     connection = sqlite3.connect(path)
     try:
-        return {
-            name: [row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
-            for name, sql in statements.items()
-        }
+        return [row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {text}")]
     finally:
         connection.close()
 
 
-def _plans_postgres(dsn: str) -> dict[str, list[str]]:
-    sql = Statements("alkstore")
-    statements = {
-        "queues": sql.queue_stats, "streams": sql.stream_stats, "schedules": sql.list_schedules,
-    }  # fmt: skip
+def _plan_postgres(dsn: str, text: str, params: Any) -> list[str]:
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute("SET enable_seqscan = off")  # as the inspector's queue read does
         connection.execute("SET jit = off")
-        return {
-            name: [
-                row[0]
-                for row in connection.execute(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {text}")
-            ]
-            for name, text in statements.items()
-        }
+        explain = f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {text}"
+        return [row[0] for row in connection.execute(explain, params)]
 
 
 _SQLITE_TABLES = ("__alkstore_jobs", "__alkstore_dead", "__alkstore_events")
@@ -220,9 +271,8 @@ def measure(engine: str, jobs: int) -> dict[str, Any]:
         (_fill_sqlite if engine == "sqlite" else _fill_postgres)(dsn, jobs)
         filled_s = time.perf_counter() - started
         with alkstore.open(dsn) as store:
-            metrics = read_metrics(store)
-            (big,) = [q for q in metrics.queues if q.name == "big"]
-            read_s, reads = _median_s(lambda: read_metrics(store), 5)
+            (big,) = [q for q in store.inspect().queues() if q.name == "big"]
+            read_s, reads = _median_s(lambda: alkstore.prometheus_text(store), 5)
             parts = {
                 "queues": _median_s(store.inspect().queues, 5)[0],
                 "streams": _median_s(store.inspect().streams, 5)[0],
@@ -231,7 +281,7 @@ def measure(engine: str, jobs: int) -> dict[str, Any]:
         command_s, commands = _median_s(
             lambda: subprocess.run(_command(dsn), check=True, capture_output=True, timeout=300), 3
         )
-        plans = _plans_sqlite(dsn) if engine == "sqlite" else _plans_postgres(dsn)
+        plans = _plans(engine, dsn)
     return {
         "engine": engine,
         "jobs": big.total - big.dead,
