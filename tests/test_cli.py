@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import http.client
 import json
 import os
 import pty
@@ -26,11 +27,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
+import psycopg
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import alkstore
-from alkstore import EnqueueOpts
+from alkstore import EnqueueOpts, QueueOpts
 
 T = TypeVar("T")
 
@@ -278,6 +282,23 @@ def test_queues_and_jobs_count_and_list_every_state(dsn: str) -> None:
     assert ok("jobs", "nosuch", "--dsn", dsn) == "no jobs in 'nosuch'\n"
 
 
+def test_jobs_clips_a_long_error_to_one_line_like_payloads(dsn: str) -> None:
+    error = "RuntimeError: the mail server said:\n  " + "no " * 40 + "\nand more"
+    with alkstore.open(dsn) as store:
+        store.queue("q").enqueue({"text": "x" * 100})
+        job = store.queue("q").claim_one("w")
+        assert job is not None
+        assert job.fail(error)
+    headers = ("ID", "STATE", "ATTEMPTS", "PRIORITY", "RUN AT", "WORKER", "ERROR", "PAYLOAD")
+    printed = ok("jobs", "q", "--dsn", dsn)
+    assert len(printed.splitlines()) == 2  # the header and one row: no line feed leaks
+    (row,) = table(printed, headers)
+    assert row["ERROR"] == ("RuntimeError: the mail server said: " + "no " * 40)[:59] + "…"
+    assert len(row["ERROR"]) == len(row["PAYLOAD"]) == 60
+    (listed,) = ok_json("jobs", "q", "--dsn", dsn)
+    assert listed["last_error"] == error  # scripts get it whole
+
+
 def test_streams_lists_heads_and_consumer_lag(dsn: str) -> None:
     assert ok("streams", "--dsn", dsn) == "no streams\n"
     assert ok("publish", "orders", '{"order": 1}', "--dsn", dsn) == "1\n"
@@ -463,7 +484,10 @@ def test_worker_handles_jobs_and_prints_a_summary_when_stopped(dsn: str, tmp_pat
     assert out == "handled 4: 3 succeeded, 1 failed, 0 released, 0 lost\n"
     assert err.startswith("alkstore: worker ")
     assert " on 'q' (Ctrl-C to stop)\n" in err.splitlines(keepends=True)[0]
-    assert f"alkstore: job {doomed} of 'q' failed: RuntimeError: job {doomed} refused\n" in err
+    assert (
+        f"alkstore: job {doomed} of 'q' failed on its last attempt (1 of 1) and went to dead "
+        f"letters: RuntimeError: job {doomed} refused\n"
+    ) in err  # once: the traceback's error is not repeated after the message
     assert "Traceback" not in err  # only with --debug
     assert "/s" not in err
     assert "\r" not in err
@@ -499,7 +523,9 @@ def test_worker_shows_live_progress_on_a_terminal(dsn: str, tmp_path: Path) -> N
     assert out == "handled 3: 3 succeeded, 0 failed, 0 released, 0 lost\n"
     text = shown.decode()
     assert "\r\x1b[2Khandled" in text  # one status line, rewritten in place
-    assert re.search(r"handled 3 \(0 failed\) · \d+\.\d/s · in flight 0\r?\n", text), text
+    assert re.search(
+        r"handled 3 \(0 failed\) · \d+\.\d/s \(last 10 s\) · in flight 0\r?\n", text
+    ), text
 
 
 def test_two_workers_and_the_queues_view_agree_on_counts(dsn: str, tmp_path: Path) -> None:
@@ -901,3 +927,293 @@ def test_enqueue_with_a_key_prints_the_live_jobs_id(dsn: str) -> None:
     first = ok("enqueue", "q", '{"n": 1}', "--key", "invoice-42", "--dsn", dsn)
     assert ok("enqueue", "q", '{"n": 2}', "--key", "invoice-42", "--dsn", dsn) == first
     assert ok("enqueue", "q", '{"n": 3}', "--key", "invoice-43", "--dsn", dsn) != first
+
+
+# Metrics: printed once, and served over HTTP (parsed by Prometheus' own parser)
+
+ODD = 'we"ird \\ name\nwith a line feed'
+"""A queue and stream name the format must escape: quote, backslash, line feed."""
+
+FAMILIES = (
+    "alkstore_queue_jobs",
+    "alkstore_queue_oldest_ready_age_seconds",
+    "alkstore_stream_head_offset",
+    "alkstore_stream_consumer_offset",
+    "alkstore_stream_consumer_lag",
+    "alkstore_schedule_next_fire_timestamp_seconds",
+    "alkstore_inspect_duration_seconds",
+)
+# name{labels} value — label values quoted, with only \\, \" and \n escapes inside.
+_SAMPLE = re.compile(
+    r'[a-z_]+(\{[a-z_]+="(?:[^"\\\n]|\\[\\"n])*"(,[a-z_]+="(?:[^"\\\n]|\\[\\"n])*")*\})? '
+    r"(-?[0-9.e+]+|NaN|[+-]Inf)"
+)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the exposition by (name, sorted labels), parsed by Prometheus' parser."""
+    found = {}
+    for family in text_string_to_metric_families(text):
+        assert family.type == "gauge", family
+        for sample in family.samples:
+            found[sample.name, tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def queue_jobs(
+    found: dict[tuple[str, tuple[tuple[str, str], ...]], float], queue: str
+) -> dict[str, float]:
+    return {
+        dict(labels)["state"]: value
+        for (name, labels), value in found.items()
+        if name == "alkstore_queue_jobs" and dict(labels)["queue"] == queue
+    }
+
+
+def assert_well_formed(text: str) -> None:
+    """Each metric's HELP, then TYPE gauge, then its samples; one line each; a final line feed."""
+    assert text.endswith("\n")
+    lines = text.splitlines()
+    families = [line.split()[2] for line in lines if line.startswith("# HELP ")]
+    assert tuple(families) == FAMILIES
+    current = None
+    for number, line in enumerate(lines):
+        if line.startswith("# HELP "):
+            current = line.split()[2]
+            assert lines[number + 1] == f"# TYPE {current} gauge"
+        elif not line.startswith("# TYPE "):
+            assert current is not None
+            assert line.startswith((current + "{", current + " ")), line
+            assert _SAMPLE.fullmatch(line), line
+
+
+def fill(dsn: str) -> None:
+    """A queue with a job in each state, one with only dead letters, a stream, a schedule."""
+    with alkstore.open(dsn) as store:
+        work = store.queue(ODD, QueueOpts(max_attempts=1))
+        work.enqueue("old", EnqueueOpts(run_at=time.time() - 30))
+        work.enqueue("ready")
+        work.enqueue("later", EnqueueOpts(delay=600))
+        work.enqueue("claimed", EnqueueOpts(priority=9))
+        work.enqueue("doomed", EnqueueOpts(priority=8))
+        _, doomed = work.claim_batch("w", 2)  # the first stays claimed
+        assert doomed.fail("no")
+        only_dead = store.queue("only-dead")
+        only_dead.enqueue("x")
+        job = only_dead.claim_one("w")
+        assert job is not None
+        assert job.fail("no")
+        stream = store.stream(ODD)
+        for n in range(5):
+            stream.publish(n)
+        stream.save_offset("billing", 2)
+        stream.save_offset("audit", 5)
+        store.schedule("nightly", "@every 1d", "reports", {})
+
+
+def test_metrics_prints_every_queue_stream_and_schedule_in_the_text_format(dsn: str) -> None:
+    fill(dsn)
+    text = ok("metrics", "--dsn", dsn)
+    assert_well_formed(text)
+    found = samples(text)
+    assert queue_jobs(found, ODD) == {
+        "ready": 2, "scheduled": 1, "processing": 1, "dead": 1, "expired": 0,
+    }  # fmt: skip
+    assert queue_jobs(found, "only-dead") == {
+        "ready": 0, "scheduled": 0, "processing": 0, "dead": 1, "expired": 0,
+    }  # fmt: skip
+    age = found["alkstore_queue_oldest_ready_age_seconds", (("queue", ODD),)]
+    assert 29 <= age < 90
+    assert found["alkstore_queue_oldest_ready_age_seconds", (("queue", "only-dead"),)] == 0
+    assert found["alkstore_stream_head_offset", (("stream", ODD),)] == 5
+    for consumer, offset, lag in (("billing", 2, 3), ("audit", 5, 0)):
+        labels = (("consumer", consumer), ("stream", ODD))
+        assert found["alkstore_stream_consumer_offset", labels] == offset
+        assert found["alkstore_stream_consumer_lag", labels] == lag
+    fires = found[
+        "alkstore_schedule_next_fire_timestamp_seconds",
+        (("queue", "reports"), ("schedule", "nightly")),
+    ]
+    assert fires == pytest.approx(time.time() + 86_400, abs=60)
+    assert 0 < found["alkstore_inspect_duration_seconds", ()] < 5
+    # The escapes as written: the odd name on one line, its quote, backslash and line feed escaped.
+    assert (
+        'alkstore_queue_jobs{queue="we\\"ird \\\\ name\\nwith a line feed",state="ready"} 2\n'
+        in text
+    )
+
+
+def test_metrics_always_exports_the_queues_named_with_zeros_while_they_are_empty(dsn: str) -> None:
+    with alkstore.open(dsn) as store:
+        store.queue("emails").enqueue("x")
+    found = samples(ok("metrics", "--queue", "emails", "--queue", "reports", "--dsn", dsn))
+    assert queue_jobs(found, "emails")["ready"] == 1
+    assert queue_jobs(found, "reports") == dict.fromkeys(
+        ("ready", "scheduled", "processing", "dead", "expired"), 0
+    )
+    assert found["alkstore_queue_oldest_ready_age_seconds", (("queue", "reports"),)] == 0
+    # Not named and empty: no series at all (a queue is only a name).
+    assert queue_jobs(samples(ok("metrics", "--dsn", dsn)), "reports") == {}
+
+
+def test_metrics_json_lists_the_same_samples(dsn: str) -> None:
+    fill(dsn)
+    listed = ok_json("metrics", "--dsn", dsn)
+    text_samples = samples(ok("metrics", "--dsn", dsn))
+    by_key = {(s["name"], tuple(sorted(s["labels"].items()))): s["value"] for s in listed}
+    assert by_key.keys() == text_samples.keys()
+    key = ("alkstore_queue_jobs", (("queue", ODD), ("state", "scheduled")))
+    assert by_key[key] == text_samples[key] == 1
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("9464", "give HOST:PORT or :PORT"),
+        (":http", "the port must be a number from 0 to 65535"),
+        (":65536", "the port must be a number from 0 to 65535"),
+        ("::1:9464", "IPv6 address in brackets"),
+        ("a b:9464", "not a host name or address"),
+        ("nosuch.invalid:9464", "cannot listen on 'nosuch.invalid'"),
+    ],
+)
+def test_metrics_serve_refuses_a_bad_address_in_one_line(
+    tmp_path: Path, value: str, says: str
+) -> None:
+    dsn = str(tmp_path / "store.db")
+    ok("enqueue", "q", "1", "--dsn", dsn)
+    line = one_line_error(run("metrics", "--serve", value, "--dsn", dsn), "metrics", 2)
+    assert says in line, line
+
+
+def test_metrics_serve_refuses_json(tmp_path: Path) -> None:
+    dsn = str(tmp_path / "store.db")
+    ok("enqueue", "q", "1", "--dsn", dsn)
+    line = one_line_error(run("metrics", "--serve", ":0", "--json", "--dsn", dsn), "metrics", 2)
+    assert "--json" in line
+
+
+# Serving
+
+
+@contextlib.contextmanager
+def serving(dsn: str) -> Iterator[tuple[subprocess.Popen[bytes], int, str]]:
+    """``alkstore metrics --serve 127.0.0.1:0``; yield it, its port and what it said at start."""
+    process = subprocess.Popen(
+        [*ALKSTORE, "metrics", "--serve", "127.0.0.1:0", "--dsn", dsn],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment(),
+    )  # fmt: skip
+    with process:
+        try:
+            assert process.stderr is not None
+            said = read_until(process.stderr.fileno(), "(Ctrl-C to stop)").decode()
+            match = re.search(r"on http://127\.0\.0\.1:(\d+)/metrics", said)
+            assert match, said
+            yield process, int(match.group(1)), said
+        finally:
+            if process.poll() is None:
+                process.kill()
+
+
+def get(port: int, path: str = "/metrics", method: str = "GET") -> tuple[int, str, str]:
+    """One request to the server: status, Content-Type and body."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request(method, path)
+        response = connection.getresponse()
+        return response.status, response.getheader("Content-Type", ""), response.read().decode()
+    finally:
+        connection.close()
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> str:
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    return err.decode()
+
+
+def test_metrics_serve_reads_the_store_afresh_for_each_scrape(dsn: str) -> None:
+    with alkstore.open(dsn) as store:
+        store.queue("q").enqueue(1)
+    with serving(dsn) as (process, port, said):
+        status, content_type, text = get(port)
+        assert (status, content_type) == (200, "text/plain; version=0.0.4; charset=utf-8")
+        assert_well_formed(text)
+        assert queue_jobs(samples(text), "q")["ready"] == 1
+        with alkstore.open(dsn) as store:
+            store.queue("q").enqueue(2)
+        assert queue_jobs(samples(get(port)[2]), "q")["ready"] == 2
+        assert get(port, "/metrics?format=text")[0] == 200
+        assert get(port, "/metrics", "HEAD")[:2] == (200, content_type)
+        status, _, body = get(port, "/")
+        assert (status, body) == (404, "not found: try /metrics\n")
+        assert get(port, "/metrics/extra")[0] == 404
+        err = said + stop_server(process)
+    assert err.count("\n") == 1, err  # the one line saying where it serves; no access log
+
+
+@contextlib.contextmanager
+def tables_away(dsn: str, server_dsn: str) -> Iterator[None]:
+    """The store's tables out of reach for a while, behind the store's back: a table
+    renamed away (SQLite) or the schema (PostgreSQL), so every read fails, then back."""
+    if dsn.startswith("postgresql"):
+        (schema,) = parse_qs(urlsplit(dsn).query)["schema"]
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f'ALTER SCHEMA "{schema}" RENAME TO "{schema}_away"')
+            try:
+                yield
+            finally:
+                admin.execute(f'ALTER SCHEMA "{schema}_away" RENAME TO "{schema}"')
+        return
+    file = sqlite3.connect(dsn, isolation_level=None)
+    try:
+        file.execute("ALTER TABLE __alkstore_jobs RENAME TO away")
+        try:
+            yield
+        finally:
+            file.execute("ALTER TABLE away RENAME TO __alkstore_jobs")
+    finally:
+        file.close()
+
+
+def test_metrics_serve_answers_503_while_the_database_fails_and_serves_on(
+    dsn: str, request: pytest.FixtureRequest
+) -> None:
+    server_dsn = request.getfixturevalue("server_dsn") if dsn.startswith("postgresql") else ""
+    with alkstore.open(dsn) as store:
+        store.queue("q").enqueue(1)
+    with serving(dsn) as (process, port, said):
+        assert get(port)[0] == 200
+        with tables_away(dsn, server_dsn):
+            status, content_type, body = get(port)
+            assert (status, content_type) == (503, "text/plain; charset=utf-8")
+            assert body.startswith("cannot read the store: "), body
+            assert body.count("\n") == 1, body
+            assert get(port)[0] == 503
+        status, _, text = get(port)
+        assert status == 200
+        assert queue_jobs(samples(text), "q")["ready"] == 1
+        err = said + stop_server(process)
+    # One warning for the failing spell, however many scrapes failed; no traceback.
+    assert "alkstore: metrics: cannot read the store: " in err
+    assert err.count("cannot read the store") == 1, err
+    assert "Traceback" not in err
+
+
+def test_metrics_serve_starts_while_the_database_is_down_and_never_shows_its_password() -> None:
+    password = "metrics-pa55word-never-shown"
+    dsn = f"postgresql://nobody:{password}@127.0.0.1:1/x?connect_timeout_s=1"
+    with serving(dsn) as (process, port, said):
+        status, _, body = get(port)
+        assert status == 503
+        assert body.startswith("cannot read the store: "), body
+        assert password not in body
+        assert get(port, "/")[0] == 404  # still serving
+        err = said + stop_server(process)
+    assert password not in err
+    assert "serving metrics of postgresql://nobody:***@127.0.0.1:1/x" in err
+    assert "alkstore: metrics: cannot read the store: " in err
+    printed = run("metrics", "--dsn", dsn)
+    assert printed.returncode == 1
+    assert password not in printed.stdout + printed.stderr

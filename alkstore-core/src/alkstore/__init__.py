@@ -44,6 +44,8 @@ from alkstore._errors import (
 from alkstore._inspect import ConsumerStats, Inspector, LockInfo, QueueStats, StreamStats
 from alkstore._job import Job
 from alkstore._lock import Lock
+from alkstore._metrics import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+from alkstore._metrics import prometheus_text, prometheus_text_async
 from alkstore._names import (
     OUTBOX_QUEUE_PREFIX,
     RECONNECT_CHANNEL,
@@ -64,6 +66,7 @@ from alkstore._worker import Worker
 
 __all__ = [
     "OUTBOX_QUEUE_PREFIX",
+    "PROMETHEUS_CONTENT_TYPE",
     "RECONNECT_CHANNEL",
     "RESERVED_PREFIX",
     "SCHEDULER_LOCK",
@@ -117,5 +120,7 @@ __all__ = [
     "engines",
     "open",
     "open_async",
+    "prometheus_text",
+    "prometheus_text_async",
     "stop_on_signals",
 ]

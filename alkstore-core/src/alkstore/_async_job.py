@@ -27,7 +27,7 @@ class AsyncJob(ClaimedJob["AsyncQueue"]):
     async def ack(self) -> bool:
         """Finish the job: delete its row. False if the claim was lost."""
         self._queue._store._check_open()
-        return not self._released and await self._queue._ack_job(self)
+        return self._note(not self._released and await self._queue._ack_job(self), "acked")
 
     async def retry(self, error: str | BaseException, delay_s: float | None = None) -> bool:
         """Release the job for another attempt after ``delay_s`` seconds (see ``Job.retry``)."""
@@ -35,14 +35,20 @@ class AsyncJob(ClaimedJob["AsyncQueue"]):
         delay = self._retry_delay(delay_s)
         if self._released:
             return False
+        described = describe_error(error)
         if self.attempts >= self.max_attempts:  # the claim's attempts are the row's: fenced
-            return await self._queue._fail_job(self, describe_error(error))
-        return await self._queue._retry_job(self, describe_error(error), delay)
+            return self._note(await self._queue._fail_job(self, described), "dead", described)
+        return self._note(
+            await self._queue._retry_job(self, described, delay), "retried", described
+        )
 
     async def fail(self, error: str | BaseException) -> bool:
         """Move the job to dead letters now, recording ``error``. False if the claim was lost."""
         self._queue._store._check_open()
-        return not self._released and await self._queue._fail_job(self, describe_error(error))
+        described = describe_error(error)
+        return self._note(
+            not self._released and await self._queue._fail_job(self, described), "dead", described
+        )
 
     async def heartbeat(self, extend_s: float) -> bool:
         """Move the deadline to ``now + extend_s``; False once the deadline has passed."""

@@ -31,6 +31,7 @@ class ClaimedJob(HasPayload, Generic[Q]):
 
     __slots__ = (
         "_backoff_base_s",
+        "_outcome",
         "_queue",
         "_released",
         "_twin",
@@ -71,6 +72,9 @@ class ClaimedJob(HasPayload, Generic[Q]):
         self._queue = queue
         self._backoff_base_s = backoff_base_s
         self._released = False
+        self._outcome: tuple[str, str | None] | None = None
+        """How a settling call on this handle settled the claim: ``("acked", None)``,
+        ``("retried", error)`` or ``("dead", error)``; None until one did."""
         self._twin: Any = None  # the other API's handle on the same claim, when one exists
         self.id = id
         self.queue: str = queue.name
@@ -92,6 +96,13 @@ class ClaimedJob(HasPayload, Generic[Q]):
         the claim's time plus this. None if the engine does not say. A duration,
         so ``heartbeat(job.visibility_timeout_s)`` renews the lease whatever this
         host's clock reads; ``deadline - time.time()`` would depend on it."""
+
+    def _note(self, settled: bool, how: str, error: str | None = None) -> bool:
+        """Remember a settling call that succeeded (a worker reads it: who settled
+        the claim, its handler or the worker); return ``settled``."""
+        if settled:
+            self._outcome = (how, error)
+        return settled
 
     def _retry_delay(self, delay_s: float | None) -> float:
         """The delay a ``retry(error, delay_s)`` asks for: checked, or from the backoff curve."""
@@ -121,7 +132,7 @@ class Job(ClaimedJob["Queue"]):
     def ack(self) -> bool:
         """Finish the job: delete its row. False if the claim was lost."""
         self._queue._store._check_open()
-        return not self._released and self._queue._ack_job(self)
+        return self._note(not self._released and self._queue._ack_job(self), "acked")
 
     def retry(self, error: str | BaseException, delay_s: float | None = None) -> bool:
         """Release the job for another attempt after ``delay_s`` seconds.
@@ -134,14 +145,18 @@ class Job(ClaimedJob["Queue"]):
         delay = self._retry_delay(delay_s)
         if self._released:
             return False
+        described = describe_error(error)
         if self.attempts >= self.max_attempts:  # the claim's attempts are the row's: fenced
-            return self._queue._fail_job(self, describe_error(error))
-        return self._queue._retry_job(self, describe_error(error), delay)
+            return self._note(self._queue._fail_job(self, described), "dead", described)
+        return self._note(self._queue._retry_job(self, described, delay), "retried", described)
 
     def fail(self, error: str | BaseException) -> bool:
         """Move the job to dead letters now, recording ``error``. False if the claim was lost."""
         self._queue._store._check_open()
-        return not self._released and self._queue._fail_job(self, describe_error(error))
+        described = describe_error(error)
+        return self._note(
+            not self._released and self._queue._fail_job(self, described), "dead", described
+        )
 
     def heartbeat(self, extend_s: float) -> bool:
         """Move the deadline to ``now + extend_s`` (absolute, not added to the old one).

@@ -259,6 +259,7 @@ class AsyncRunner:
     # Handling
 
     async def _execute(self, held: Held) -> None:
+        self._ledger.starting(held)
         try:
             await self._call(held.job)
         except asyncio.CancelledError:
@@ -268,7 +269,7 @@ class AsyncRunner:
             verdict = self._ledger.judge(held, exc)
             error: BaseException | None = exc
         else:
-            verdict, error = Verdict.ACK, None
+            verdict, error = self._ledger.judge(held, None), None
         if verdict is Verdict.ACK:
             await self._settle(held, SUCCEEDED)
         elif verdict is Verdict.RETRY:

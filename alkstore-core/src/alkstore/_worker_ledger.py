@@ -10,6 +10,11 @@ inside are decided here, once.
 Leases are durations: the claim's visibility timeout as stamped on its row,
 renewed by the server's clock and scheduled by this host's monotonic clock,
 so the host's wall clock, however wrong, changes nothing.
+
+Every job's life is logged here too, on the ``alkstore.worker`` logger, so
+both runners log alike: its start and success at DEBUG, a retry and a lapsed
+claim at WARNING, a dead letter at ERROR, each record with the ``extra``
+fields of :func:`job_fields`.
 """
 
 from __future__ import annotations
@@ -27,12 +32,36 @@ from alkstore._job import ClaimedJob, describe_error
 from alkstore._outage import Outage
 from alkstore._run_stats import RunStats
 
-__all__ = ["Held", "Ledger", "Verdict"]
+__all__ = ["JOB_LOG_FIELDS", "Held", "Ledger", "Verdict", "job_fields"]
 
 log = logging.getLogger("alkstore.worker")
 
 SUCCEEDED, FAILED, RELEASED, LOST = "succeeded", "failed", "released", "lost"
 """What became of a claim, as counted in :class:`~alkstore.RunStats`."""
+
+
+JOB_LOG_FIELDS = ("queue", "job_id", "attempt", "duration_s", "worker_id", "outcome", "error")
+"""The ``extra`` fields of every job record (attributes of the ``LogRecord``)."""
+
+STARTED, SUCCEEDED_LOG, RETRYING, DEAD, LAPSED, RELEASED_LOG = (
+    "started", "succeeded", "retrying", "dead", "lapsed", "released",
+)  # fmt: skip
+"""A job record's ``outcome`` field."""
+
+
+def job_fields(
+    job: ClaimedJob[Any],
+    worker_id: str,
+    outcome: str,
+    duration_s: float | None = None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """The structured ``extra`` of a job record, every field of :data:`JOB_LOG_FIELDS`."""
+    return {
+        "queue": job.queue, "job_id": job.id, "attempt": job.attempts,
+        "duration_s": None if duration_s is None else round(duration_s, 6),
+        "worker_id": worker_id, "outcome": outcome, "error": error,
+    }  # fmt: skip
 
 
 class Verdict(enum.Enum):
@@ -61,6 +90,14 @@ class Held:
     """A handler took it (or the shutdown did, to release it)."""
     heartbeat_failed: bool = False
     sequence: int = 0
+    ran_from: float | None = None
+    """When its handler started (monotonic), once it has."""
+    ran_s: float | None = None
+    """How long its handler ran, once it returned or raised."""
+    error: BaseException | None = None
+    """What its handler raised, if it did."""
+    lapse_told: bool = False
+    """A warning already said that its claim was lost."""
 
 
 class Ledger:
@@ -76,6 +113,7 @@ class Ledger:
         self, queue_name: str, worker_id: str, concurrency: int, batch_size: int, lease_s: float
     ) -> None:
         self.queue_name = queue_name
+        self.worker_id = worker_id
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.default_lease_s = lease_s
@@ -168,24 +206,35 @@ class Ledger:
             held.started = True
             return held
 
+    def starting(self, held: Held) -> None:
+        """A handler is about to run ``held``'s job (DEBUG record)."""
+        held.ran_from = time.monotonic()
+        job = held.job
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "job %s of %r started (attempt %d of %d)",
+                job.id, job.queue, job.attempts, job.max_attempts,
+                extra=job_fields(job, self.worker_id, STARTED),
+            )  # fmt: skip
+
     def judge(self, held: Held, error: BaseException | None) -> Verdict:
         """What the handler's outcome (``error`` raised, or None) means for ``held``.
 
         A ``BaseException`` that is not an ``Exception`` stops the worker at
         once, before its job is released: no claim may take the job back meanwhile.
         """
+        if held.ran_from is not None:
+            held.ran_s = time.monotonic() - held.ran_from
+        held.error = error
         job = held.job
         if error is None:
             return Verdict.ACK
         if isinstance(error, Exception):
-            log.warning(
-                "job %s of %r failed", job.id, job.queue,
-                exc_info=(type(error), error, error.__traceback__),
-            )  # fmt: skip
-            return Verdict.RETRY
+            return Verdict.RETRY  # logged once settled: retried, dead, or lapsed
         log.error(
             "job %s of %r: the handler raised %s; the worker stops and releases its claims",
             job.id, job.queue, describe_error(error),
+            extra=job_fields(job, self.worker_id, RELEASED_LOG, held.ran_s, describe_error(error)),
         )  # fmt: skip
         self.abort(error)
         return Verdict.ABORT
@@ -213,11 +262,92 @@ class Ledger:
             return self._held.get(held.job.id) is held
 
     def drop(self, held: Held, outcome: str) -> None:
-        """Forget ``held`` and count ``outcome`` (once, whoever drops it first)."""
+        """Forget ``held``, count ``outcome`` (once, whoever drops it first) and log it."""
         with self.changed:
-            if self._held.pop(held.job.id, None) is not None:
+            dropped = self._held.pop(held.job.id, None) is not None
+            if dropped:
                 self._counts[outcome] += 1
             self.changed.notify_all()
+        if dropped:
+            self._log_outcome(held, outcome)
+
+    def _log_outcome(self, held: Held, outcome: str) -> None:
+        """One record of what became of a claim: at DEBUG unless something went wrong."""
+        job, ran_s = held.job, held.ran_s
+        attempt = f"attempt {job.attempts} of {job.max_attempts}"
+        if outcome == SUCCEEDED:
+            self._debug(held, SUCCEEDED_LOG, "job %s of %r succeeded in %.3f s (%s)",
+                        job.id, job.queue, ran_s or 0.0, attempt)  # fmt: skip
+        elif outcome == FAILED:
+            assert held.error is not None
+            self._failed(held, job.attempts >= job.max_attempts, describe_error(held.error))
+        elif outcome == RELEASED:
+            self._debug(held, RELEASED_LOG,
+                        "job %s of %r released unfinished (%s given back)",
+                        job.id, job.queue, attempt)  # fmt: skip
+        elif job._outcome is not None:  # LOST: the handler settled the claim itself
+            how, error = job._outcome
+            if how == "acked":
+                self._debug(held, SUCCEEDED_LOG, "job %s of %r succeeded in %.3f s "
+                            "(%s; acked by its handler)", job.id, job.queue, ran_s or 0.0,
+                            attempt)  # fmt: skip
+            else:
+                self._failed(held, how == "dead", error, by_handler=True)
+        else:
+            self._lapsed(held)
+
+    def _failed(
+        self, held: Held, dead: bool, error: str | None, *, by_handler: bool = False
+    ) -> None:
+        job, error_info = held.job, held.error
+        exc_info = (
+            None
+            if by_handler or error_info is None
+            else (type(error_info), error_info, error_info.__traceback__)
+        )
+        attempt = f"attempt {job.attempts} of {job.max_attempts}"
+        fields = job_fields(job, self.worker_id, DEAD if dead else RETRYING, held.ran_s, error)
+        if dead and by_handler:
+            log.error("job %s of %r was sent to dead letters by its handler (%s): %s",
+                      job.id, job.queue, attempt, error, extra=fields)  # fmt: skip
+        elif dead:
+            log.error(
+                "job %s of %r failed on its last attempt (%d of %d) and went to dead letters: %s",
+                job.id, job.queue, job.attempts, job.max_attempts, error,
+                exc_info=exc_info, extra=fields,
+            )  # fmt: skip
+        elif by_handler:
+            log.warning("job %s of %r was retried by its handler (%s): %s",
+                        job.id, job.queue, attempt, error, extra=fields)  # fmt: skip
+        else:
+            log.warning("job %s of %r failed (%s) and will be retried: %s",
+                        job.id, job.queue, attempt, error, exc_info=exc_info,
+                        extra=fields)  # fmt: skip
+
+    def _lapsed(self, held: Held) -> None:
+        """The worker's settling call found the claim gone: it lapsed or another took it."""
+        job = held.job
+        error = None if held.error is None else describe_error(held.error)
+        if held.ran_s is None:  # never run, or cut short at shutdown
+            done = "before it could be released"
+        elif error is None:
+            done = "before its success could be acked"
+        else:
+            done = f"before its failure could be recorded ({error})"
+        level = logging.DEBUG if held.lapse_told else logging.WARNING
+        log.log(
+            level,
+            "job %s of %r lost its claim %s (attempt %d of %d); it may run again elsewhere",
+            job.id, job.queue, done, job.attempts, job.max_attempts,
+            extra=job_fields(job, self.worker_id, LAPSED, held.ran_s, error),
+        )  # fmt: skip
+
+    def _debug(self, held: Held, outcome: str, message: str, *args: object) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                message, *args,
+                extra=job_fields(held.job, self.worker_id, outcome, held.ran_s),
+            )  # fmt: skip
 
     # Heartbeats
 
@@ -241,10 +371,13 @@ class Ledger:
         if alive:
             held.lapses_at = sent_at + held.lease_s
         elif not held.heartbeat_failed:
-            held.heartbeat_failed = True
+            held.heartbeat_failed = held.lapse_told = True
+            job = held.job
             log.warning(
-                "job %s of %r lost its claim while running; another worker may run it",
-                held.job.id, held.job.queue,
+                "job %s of %r lost its claim while running (attempt %d of %d); "
+                "another worker may run it",
+                job.id, job.queue, job.attempts, job.max_attempts,
+                extra=job_fields(job, self.worker_id, LAPSED),
             )  # fmt: skip
 
     def beat_failed(self, held: Held, error: BaseException) -> None:

@@ -168,6 +168,7 @@ class ThreadRunner:
 
     def _execute(self, held: Held) -> None:
         job = cast(Job, held.job)
+        self._ledger.starting(held)
         try:
             with handling(job):
                 call_to_completion(self._handler, job)
@@ -175,7 +176,7 @@ class ThreadRunner:
             verdict = self._ledger.judge(held, exc)
             error: BaseException | None = exc
         else:
-            verdict, error = Verdict.ACK, None
+            verdict, error = self._ledger.judge(held, None), None
         if verdict is Verdict.ACK:
             self._settle(held, job.ack, SUCCEEDED)
         elif verdict is Verdict.RETRY:

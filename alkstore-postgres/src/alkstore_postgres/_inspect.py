@@ -38,11 +38,13 @@ class PostgresInspector(Inspector):
         return self._store.run(_listing(action, sql, params))
 
     def _queues(self) -> list[QueueStats]:
-        rows = self._read("queues", self._store.sql.queue_stats)
+        rows = self._store.run(_queue_stats(self._store.sql.queue_stats))
         return sorted(
-            (QueueStats(unstored(name), *counts) for name, *counts in rows),
+            (QueueStats(unstored(name), due - due_expired, pending - due - later_expired,
+                        due_expired + later_expired, claimed, dead, age)
+             for name, pending, due, due_expired, later_expired, claimed, dead, age in rows),
             key=lambda stats: stats.name,
-        )
+        )  # fmt: skip
 
     def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
         params = {"queue": stored(queue), "limit": limit}
@@ -85,6 +87,16 @@ class PostgresInspector(Inspector):
 def _listing(action: str, sql: str, params: dict[str, Any] | None) -> Plan[list[Any]]:
     yield Operation(f"inspect {action}")
     return list((yield Statement(sql, params, Fetch.ALL)))
+
+
+def _queue_stats(sql: str) -> Plan[list[Any]]:
+    """The queue statistics, every count read from an index (see ``Statements``)."""
+    yield Operation("inspect queues", transaction=True)
+    yield Statement("SET LOCAL enable_seqscan = off")
+    # Sequential scans off makes their (unused) plans cost 10^10, which would
+    # have the statement JIT-compiled: 1.4 s of a 2.8 s read at 1,000,000 jobs.
+    yield Statement("SET LOCAL jit = off")
+    return list((yield Statement(sql, None, Fetch.ALL)))
 
 
 def _info(row: tuple[Any, ...]) -> JobInfo:

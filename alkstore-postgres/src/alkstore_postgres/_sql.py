@@ -245,6 +245,64 @@ _LISTED = (
 )
 
 
+def _first_key(table: str, where: str, after: str = "") -> str:
+    condition = " AND ".join(filter(None, (where, after)))
+    return (
+        f"SELECT queue_key FROM {{s}}.{table}{' WHERE ' + condition if condition else ''} "
+        "ORDER BY queue_key LIMIT 1"
+    )
+
+
+def _skip_scan(name: str, table: str, where: str) -> str:
+    """A CTE ``name(k)`` of the distinct queue keys of ``table``'s rows matching ``where``."""
+    return (
+        f"{name}(k) AS (({_first_key(table, where)}) UNION ALL "
+        f"SELECT ({_first_key(table, where, 'queue_key > k')}) FROM {name} WHERE k IS NOT NULL)"
+    )
+
+
+_EXPIRED = "FROM {s}.jobs WHERE queue_key = k AND expires_at <= c.now AND deadline IS NULL"
+_QUEUE_STATS = (
+    "WITH RECURSIVE clock(now) AS (SELECT {now}), "
+    + _skip_scan("pending", "jobs", "deadline IS NULL")
+    + ", "
+    + _skip_scan("claimed", "jobs", "deadline IS NOT NULL")
+    + ", "
+    + _skip_scan("dead", "dead", "")
+    + ", "
+    "keys(k) AS (SELECT k FROM pending WHERE k IS NOT NULL "
+    "UNION SELECT k FROM claimed WHERE k IS NOT NULL "
+    "UNION SELECT k FROM dead WHERE k IS NOT NULL) "
+    "SELECT COALESCE("
+    "(SELECT queue FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL LIMIT 1), "
+    "(SELECT queue FROM {s}.jobs WHERE queue_key = k AND deadline IS NOT NULL LIMIT 1), "
+    "(SELECT queue FROM {s}.dead WHERE queue_key = k LIMIT 1)), "
+    "p.n, p.n - q.later, "
+    f"(SELECT count(*) {_EXPIRED} AND run_at <= c.now), "
+    f"(SELECT count(*) {_EXPIRED} AND run_at > c.now), "
+    "(SELECT count(*) FROM {s}.jobs WHERE queue_key = k AND deadline IS NOT NULL), "
+    "(SELECT count(*) FROM {s}.dead WHERE queue_key = k), "
+    "c.now - q.oldest "
+    "FROM keys CROSS JOIN clock AS c CROSS JOIN LATERAL ("
+    "SELECT count(*) AS n FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL) AS p "
+    # Per priority (a skip-scan): its rows ready later, a range of the index, and
+    # its first ready row: neither reads the rows that are ready now.
+    "CROSS JOIN LATERAL (WITH RECURSIVE priorities(p) AS ("
+    "SELECT max(priority) FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL "
+    "UNION ALL SELECT (SELECT max(priority) FROM {s}.jobs "
+    "WHERE queue_key = k AND deadline IS NULL AND priority < pr.p) "
+    "FROM priorities AS pr WHERE pr.p IS NOT NULL) "
+    "SELECT COALESCE(sum((SELECT count(*) FROM {s}.jobs WHERE queue_key = k "
+    "AND deadline IS NULL AND priority = pr.p AND run_at > c.now)), 0)::bigint AS later, "
+    "min((SELECT run_at FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL "
+    "AND priority = pr.p AND run_at <= c.now AND (expires_at IS NULL OR expires_at > c.now) "
+    "ORDER BY priority DESC, run_at LIMIT 1)) AS oldest "
+    "FROM priorities AS pr WHERE pr.p IS NOT NULL) AS q"
+)
+"""Per queue: name, pending, due, due past expiry, later past expiry, claimed, dead,
+oldest ready age (seconds, NULL with none ready)."""
+
+
 class Statements:
     """The statements of one schema, rendered once."""
 
@@ -499,19 +557,17 @@ class Statements:
         )
 
         # Inspection: each listing is one plain SELECT (one snapshot, no row locks).
-        self.queue_stats = render(
-            "SELECT queue, sum(ready)::bigint, sum(scheduled)::bigint, sum(expired)::bigint, "
-            "sum(processing)::bigint, sum(dead)::bigint, {now} - min(oldest_ready) FROM ("
-            f"SELECT queue, count(*) FILTER (WHERE {READY}) AS ready, "
-            "count(*) FILTER (WHERE deadline IS NULL AND run_at > {now} "
-            "AND (expires_at IS NULL OR expires_at > {now})) AS scheduled, "
-            "count(*) FILTER (WHERE deadline IS NULL AND expires_at <= {now}) AS expired, "
-            "count(*) FILTER (WHERE deadline IS NOT NULL) AS processing, 0 AS dead, "
-            f"min(run_at) FILTER (WHERE {READY}) AS oldest_ready "
-            "FROM {s}.jobs GROUP BY queue "
-            "UNION ALL SELECT queue, 0, 0, 0, 0, count(*), NULL FROM {s}.dead GROUP BY queue"
-            ") AS counts GROUP BY queue"
-        )
+        # Queue statistics read every count from an index: queue keys by a
+        # skip-scan of each index that leads with the key, then per key the
+        # pending rows (jobs_ready, index-only; those ready later counted per
+        # priority, a range of the same index), those past
+        # expiry (jobs_expiring: only they are fetched from the heap), claimed
+        # (jobs_claimed) and dead (dead_by_queue) rows, and the oldest ready job
+        # as the first ready row of each priority (jobs_ready, priorities by a
+        # skip-scan). Run after SET LOCAL enable_seqscan = off (and jit = off):
+        # for a key that holds most of the table the planner would otherwise scan
+        # the whole table once per queue, small queues included.
+        self.queue_stats = render(_QUEUE_STATS)
         # Live and dead rows in one shape: ..., key, deadline, last_error, died_at.
         live = f"SELECT {_LISTED}, deadline, last_error, NULL::float8 AS died_at FROM {{s}}.jobs"
         pending = f"{live} WHERE queue_key = {{queue_key}} AND deadline IS NULL"

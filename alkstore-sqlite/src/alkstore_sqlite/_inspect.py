@@ -1,8 +1,9 @@
-"""Inspection on SQLite: one read statement per listing, never a write lock.
+"""Inspection on SQLite: reads only, never a write lock.
 
-Each listing is a single statement, so it sees one snapshot of the file; in
-WAL mode a reader neither waits for a writer's open transaction nor holds
-one up. "Now" is this host's clock, as everywhere in the engine.
+Each listing is a single statement, or (the queues) a few statements in one
+read transaction, so it sees one snapshot of the file; in WAL mode a reader
+neither waits for a writer's open transaction nor holds one up. "Now" is
+this host's clock, as everywhere in the engine.
 """
 
 from __future__ import annotations
@@ -42,12 +43,28 @@ class SQLiteInspector(Inspector):
             return connection.execute(sql, params).fetchall()
 
     def _queues(self) -> list[QueueStats]:
-        rows = self._read("queues", _sql.QUEUE_STATS, {"now": time.time()})
-        return sorted(
-            (QueueStats(name, ready, scheduled, expired, processing, dead, age)
-             for name, ready, scheduled, expired, processing, dead, age in rows),
-            key=lambda stats: stats.name,
-        )  # fmt: skip
+        # Several statements in one read transaction: one snapshot, no lock a writer waits on.
+        now = time.time()
+        found = []
+        with translate("inspect queues"), self._store.connection() as connection:
+            connection.execute("BEGIN")
+            try:
+                names = [name for (name,) in connection.execute(_sql.QUEUE_NAMES)]
+                for name in names:
+                    params = {"queue": name, "now": now}
+                    pending, due_expired, later_expired, claimed, dead = connection.execute(
+                        _sql.QUEUE_COUNTS, params
+                    ).fetchone()
+                    later, oldest = connection.execute(_sql.PENDING_BY_PRIORITY, params).fetchone()
+                    due = pending - later
+                    found.append(QueueStats(
+                        name, due - due_expired, later - later_expired,
+                        due_expired + later_expired, claimed, dead,
+                        None if oldest is None else now - oldest,
+                    ))  # fmt: skip
+            finally:
+                connection.execute("COMMIT")
+        return sorted(found, key=lambda stats: stats.name)
 
     def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
         params = {"queue": queue, "limit": limit}

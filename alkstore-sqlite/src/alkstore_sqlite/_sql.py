@@ -246,26 +246,78 @@ UPDATE __alkstore_schedules SET next_fire_at = ? WHERE name = ? AND next_fire_at
 
 # Inspection: reads only, each one statement (one snapshot), never a write lock.
 
-# Per queue: the pending rows split by the clock (bound as :now), the claimed
-# rows, and the dead letters; a queue with only dead letters is listed too.
-_READY = "deadline IS NULL AND run_at <= :now AND (expires_at IS NULL OR expires_at > :now)"
-QUEUE_STATS = f"""
-SELECT queue, SUM(ready), SUM(scheduled), SUM(expired), SUM(processing), SUM(dead),
-    :now - MIN(oldest_ready)
-FROM (
-    SELECT queue,
-        SUM({_READY}) AS ready,
-        SUM(deadline IS NULL AND run_at > :now AND (expires_at IS NULL OR expires_at > :now))
-            AS scheduled,
-        SUM(deadline IS NULL AND expires_at IS NOT NULL AND expires_at <= :now) AS expired,
-        SUM(deadline IS NOT NULL) AS processing,
-        0 AS dead,
-        MIN(CASE WHEN {_READY} THEN run_at END) AS oldest_ready
-    FROM __alkstore_jobs GROUP BY queue
+# Queue statistics, each count read from an index, never by a scan of the
+# table: the names by a skip-scan of each index that leads with the queue,
+# then per queue one statement of counts and one per priority (ready later,
+# oldest ready), in one read transaction, so they see one snapshot. Pending
+# rows on __alkstore_jobs_ready; those past expiry through
+# __alkstore_jobs_expiring (only rows past expiry are looked up in the table);
+# claimed rows on __alkstore_jobs_claimed, dead rows on __alkstore_dead_by_queue.
+QUEUE_NAMES = """
+WITH RECURSIVE
+pending(name) AS (
+    SELECT MIN(queue) FROM __alkstore_jobs WHERE deadline IS NULL
     UNION ALL
-    SELECT queue, 0, 0, 0, 0, COUNT(*), NULL FROM __alkstore_dead GROUP BY queue
+    SELECT (SELECT MIN(queue) FROM __alkstore_jobs WHERE deadline IS NULL AND queue > name)
+    FROM pending WHERE name IS NOT NULL
+),
+claimed(name) AS (
+    SELECT MIN(queue) FROM __alkstore_jobs WHERE deadline IS NOT NULL
+    UNION ALL
+    SELECT (SELECT MIN(queue) FROM __alkstore_jobs WHERE deadline IS NOT NULL AND queue > name)
+    FROM claimed WHERE name IS NOT NULL
+),
+dead(name) AS (
+    SELECT MIN(queue) FROM __alkstore_dead
+    UNION ALL
+    SELECT (SELECT MIN(queue) FROM __alkstore_dead WHERE queue > name)
+    FROM dead WHERE name IS NOT NULL
 )
-GROUP BY queue
+SELECT name FROM pending WHERE name IS NOT NULL
+UNION SELECT name FROM claimed WHERE name IS NOT NULL
+UNION SELECT name FROM dead WHERE name IS NOT NULL
+"""
+
+_PAST_EXPIRY = (
+    "SELECT COUNT(*) FROM __alkstore_jobs INDEXED BY __alkstore_jobs_expiring "
+    "WHERE queue = :queue AND expires_at <= :now AND deadline IS NULL"
+)
+# pending, due past expiry, later past expiry, claimed, dead. SQLite (3.40)
+# looks each pending row up in the table for its deadline even on the partial
+# index __alkstore_jobs_ready, so the pending rows are read once, here.
+QUEUE_COUNTS = f"""
+SELECT
+    (SELECT COUNT(*) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NULL),
+    ({_PAST_EXPIRY} AND run_at <= :now),
+    ({_PAST_EXPIRY} AND run_at > :now),
+    (SELECT COUNT(*) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NOT NULL),
+    (SELECT COUNT(*) FROM __alkstore_dead WHERE queue = :queue)
+"""
+
+# Per priority of the queue's pending rows (found by a skip-scan of
+# __alkstore_jobs_ready): how many are ready later (a range of the index), and
+# the first ready one in run_at order, past-expiry rows skipped on the way.
+# Neither reads the rows that are ready now. Returns (later, oldest ready run_at).
+PENDING_BY_PRIORITY = """
+WITH RECURSIVE priorities(p) AS (
+    SELECT MAX(priority) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NULL
+    UNION ALL
+    SELECT (SELECT MAX(priority) FROM __alkstore_jobs
+            WHERE queue = :queue AND deadline IS NULL AND priority < p)
+    FROM priorities WHERE p IS NOT NULL
+)
+SELECT
+    COALESCE(SUM((
+        SELECT COUNT(*) FROM __alkstore_jobs
+        WHERE queue = :queue AND deadline IS NULL AND priority = p AND run_at > :now
+    )), 0),
+    MIN((
+        SELECT run_at FROM __alkstore_jobs
+        WHERE queue = :queue AND deadline IS NULL AND priority = p AND run_at <= :now
+          AND (expires_at IS NULL OR expires_at > :now)
+        ORDER BY run_at LIMIT 1
+    ))
+FROM priorities WHERE p IS NOT NULL
 """
 
 # Live and dead rows in one shape: JOB_COLUMNS (key last), then died_at (NULL unless dead).

@@ -45,6 +45,31 @@ def test_inspect_counts_ready_jobs_and_how_long_the_oldest_has_waited(
     assert stats.oldest_ready_age_s == pytest.approx(30, abs=2)
 
 
+def test_inspect_oldest_ready_age_looks_across_priorities_and_past_expired_jobs(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q")
+    now = time.time()
+    queue.enqueue("urgent, new", EnqueueOpts(priority=9, run_at=now - 5))
+    queue.enqueue("low, oldest ready", EnqueueOpts(priority=-3, run_at=now - 40))
+    queue.enqueue("older still, but expiring", EnqueueOpts(run_at=now - 90, expires=0.2))
+    queue.enqueue("later", EnqueueOpts(priority=-3, delay=60))
+    eventually(lambda: stats_of(store).expired == 1)
+    stats = stats_of(store)
+    assert counts(stats) == (2, 1, 1, 0, 0)
+    assert stats.oldest_ready_age_s == pytest.approx(40, abs=2), "a job past expiry is not ready"
+
+
+def test_inspect_lists_a_queue_whose_only_jobs_are_claimed(store: alkstore.Store) -> None:
+    queue = store.queue("busy")
+    queue.enqueue(1)
+    claim(queue)
+    store.queue("idle").enqueue(2, EnqueueOpts(delay=60))
+    assert [(stats.name, counts(stats)) for stats in store.inspect().queues()] == [
+        ("busy", (0, 0, 0, 1, 0)), ("idle", (0, 1, 0, 0, 0)),
+    ]  # fmt: skip
+
+
 def test_inspect_counts_delayed_jobs_as_scheduled_not_ready(store: alkstore.Store) -> None:
     store.queue("q").enqueue(1, EnqueueOpts(delay=60))
     stats = stats_of(store)

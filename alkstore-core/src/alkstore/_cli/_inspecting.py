@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from alkstore._cli._common import EXIT_OK, command, opened_store
-from alkstore._cli._output import ago, clip, print_json, print_table, when
+from alkstore._cli._output import ago, clip, clip_text, print_json, print_table, when
 from alkstore._discovery import engines
 from alkstore._inspect import JOB_STATES, MAX_JOBS_LISTED
 from alkstore._values import JobInfo, Schedule
@@ -102,9 +102,10 @@ def _jobs(arguments: argparse.Namespace) -> int:
 
 
 def _job_row(job: JobInfo, now: float) -> tuple[object, ...]:
+    error = clip_text(job.last_error or "-")  # clipped like payloads; --json has it whole
     return (
         job.id, job.state, f"{job.attempts}/{job.max_attempts}", job.priority,
-        when(job.run_at, now), job.worker_id or "-", job.last_error or "-", clip(job.payload),
+        when(job.run_at, now), job.worker_id or "-", error, clip(job.payload),
     )  # fmt: skip
 
 

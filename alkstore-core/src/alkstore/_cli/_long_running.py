@@ -28,7 +28,7 @@ from alkstore._cli._common import (
     opened_store,
     queue_named,
 )
-from alkstore._cli._output import Progress, clip
+from alkstore._cli._output import Progress, RecentRate, clip
 from alkstore._errors import Database, LeadershipLost
 from alkstore._outage import Outage
 from alkstore._signals import stop_on_signals
@@ -89,7 +89,8 @@ def _worker(arguments: argparse.Namespace) -> int:
         with stop_on_signals(on_second=worker.hurry) as stop:
             _say(f"worker {worker.worker_id} on {arguments.queue!r} (Ctrl-C to stop)")
             try:
-                with Progress(lambda: _describe(worker)):
+                rate = RecentRate()
+                with Progress(lambda: _describe(worker, rate)):
                     worker.run(stop)
             except (SystemExit, KeyboardInterrupt):
                 # Signals only set ``stop`` here, so these came from a handler; the
@@ -106,11 +107,13 @@ def _worker(arguments: argparse.Namespace) -> int:
     return EXIT_ERROR if handler_exit else EXIT_OK
 
 
-def _describe(worker: Worker) -> str:
+def _describe(worker: Worker, rate: RecentRate) -> str:
+    """The progress line: what was handled, the rate over the last 10 s, what is running."""
     stats = worker.stats()
+    recent = rate.update(stats.handled)
     return (
-        f"handled {stats.handled} ({stats.failed} failed) · {stats.rate:.1f}/s · "
-        f"in flight {stats.in_flight}"
+        f"handled {stats.handled} ({stats.failed} failed) · {recent:.1f}/s "
+        f"(last {rate.window_s:.0f} s) · in flight {stats.in_flight}"
     )
 
 

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-__all__ = ["Progress", "ago", "clip", "log_to_stderr", "print_json", "print_table", "when"]
+__all__ = [
+    "Progress",
+    "RecentRate",
+    "ago",
+    "clip",
+    "clip_text",
+    "log_to_stderr",
+    "print_json",
+    "print_table",
+    "when",
+]
 
 _CLIP = 60
 
@@ -34,7 +46,14 @@ def print_json(value: Any) -> None:
 
 def clip(value: Any) -> str:
     """A payload as one short line of JSON."""
-    text = json.dumps(value, ensure_ascii=False)
+    return clip_text(json.dumps(value, ensure_ascii=False))
+
+
+def clip_text(text: str) -> str:
+    """``text`` as one short line: whitespace runs (line feeds too) made single spaces,
+    and cut with ``…`` past the width payloads are cut at."""
+    if not text.isprintable() or "  " in text:
+        text = " ".join(text.split())
     return text if len(text) <= _CLIP else text[: _CLIP - 1] + "…"
 
 
@@ -56,6 +75,38 @@ def _span(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.1f}s"
+
+
+class RecentRate:
+    """Jobs per second over the last ``window_s`` seconds: a sliding window of counts.
+
+    Each :meth:`update` notes the running total at the clock's time and returns
+    the rate since the oldest reading still inside the window (all of them
+    while the run is younger than the window), so a burst or a stall shows
+    within ``window_s``, unlike an average since the start.
+    """
+
+    def __init__(self, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        if window_s <= 0:
+            raise ValueError(f"window_s must be positive, not {window_s!r}")
+        self.window_s = window_s
+        self._clock = clock
+        self._readings: collections.deque[tuple[float, int]] = collections.deque()
+
+    def update(self, total: int) -> float:
+        """Note ``total`` (handled so far) now; return the recent rate per second."""
+        now = self._clock()
+        readings = self._readings
+        readings.append((now, total))
+        # Keep the newest reading at or before the window's start, as its baseline.
+        while len(readings) > 1 and readings[1][0] <= now - self.window_s:
+            readings.popleft()
+        since, then = readings[0]
+        elapsed = now - since
+        return (total - then) / elapsed if elapsed > 0 else 0.0
+
+    def __repr__(self) -> str:
+        return f"<RecentRate window_s={self.window_s} readings={len(self._readings)}>"
 
 
 class Progress:
@@ -132,4 +183,5 @@ class _StderrLines(logging.Handler):
             return f"{line}\n{logging.Formatter().formatException(record.exc_info).rstrip()}"
         error = record.exc_info[1]
         first = " ".join((str(error).strip().splitlines() or [""])[0].split())
-        return f"{line}: {type(error).__name__}" + (f": {first}" if first else "")
+        said = type(error).__name__ + (f": {first}" if first else "")
+        return line if line.endswith(said) else f"{line}: {said}"

@@ -1,0 +1,71 @@
+"""The command's output helpers: the progress line's recent rate, clipped columns."""
+
+from __future__ import annotations
+
+import pytest
+
+from alkstore._cli._output import RecentRate, clip, clip_text
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_recent_rate_counts_only_the_last_ten_seconds() -> None:
+    clock = Clock()
+    rate = RecentRate(10.0, clock)
+    assert rate.update(0) == 0.0  # one reading: no span yet
+    for _ in range(20):  # 100 jobs a second for 20 s
+        clock.now += 1
+        rate.update(rate_total := int((clock.now - 1000) * 100))
+    assert rate.update(rate_total) == pytest.approx(100)
+    for _ in range(5):  # then nothing for 5 s: half the window idle
+        clock.now += 1
+        recent = rate.update(rate_total)
+    assert recent == pytest.approx(50)
+    for _ in range(5):  # 10 s idle: the burst has left the window
+        clock.now += 1
+        recent = rate.update(rate_total)
+    assert recent == 0.0
+
+
+def test_the_recent_rate_of_a_young_run_spans_what_there_is() -> None:
+    clock = Clock()
+    rate = RecentRate(10.0, clock)
+    rate.update(0)
+    clock.now += 2
+    assert rate.update(30) == pytest.approx(15)
+
+
+def test_the_recent_rate_follows_a_speed_up_within_the_window_not_the_average() -> None:
+    clock = Clock()
+    rate = RecentRate(10.0, clock)
+    total = 0
+    for _ in range(60):  # a minute at 1/s
+        clock.now += 0.5
+        total += 1 if int(clock.now * 2) % 2 == 0 else 0
+        rate.update(int(total))
+    for _ in range(20):  # then 10 s at 20/s
+        clock.now += 0.5
+        total += 10
+        recent = rate.update(int(total))
+    assert recent == pytest.approx(20)
+
+
+def test_the_recent_rate_refuses_an_empty_window() -> None:
+    with pytest.raises(ValueError, match="window_s"):
+        RecentRate(0)
+
+
+def test_an_error_is_clipped_to_one_short_line_like_a_payload() -> None:
+    long = "RuntimeError: " + "x" * 100
+    assert clip_text(long) == long[:59] + "…"
+    assert len(clip_text(long)) == len(clip({"text": "y" * 100})) == 60
+    assert clip_text("ValueError: bad\n  line two\tand tab") == "ValueError: bad line two and tab"
+    assert clip_text("short") == "short"
