@@ -255,12 +255,15 @@ def _move_schedules_back(dsn: str, seconds: float) -> None:
 
 
 def test_a_catch_up_longer_than_the_lease_keeps_the_lead_as_it_fires(dsn: str) -> None:
-    # 64 boundaries, each its own transaction, take longer than a 50 ms lease:
-    # each firing renews the lease, so the leader neither loses the lock
-    # midway nor lets another runner in.
-    with alkstore.open(dsn, scheduler_lease_s=0.05) as store:
-        store.schedule("tick", "@every 1s", "ticks", None)
-        _move_schedules_back(dsn, 64)
+    # 8 schedules of 64 missed boundaries, each its own transaction, take
+    # longer than a 0.1 s lease (one firing takes a millisecond or less, so
+    # even a loaded machine leaves each well inside it): each firing renews
+    # the lease, so the leader neither loses the lock midway nor lets another in.
+    schedules, lease_s = 8, 0.1
+    with alkstore.open(dsn, scheduler_lease_s=lease_s) as store:
+        for n in range(schedules):
+            store.schedule(f"tick-{n}", "@every 1m", "ticks", n)
+        _move_schedules_back(dsn, 64 * 60)
         stop = threading.Event()
         raised: list[BaseException] = []
 
@@ -270,13 +273,16 @@ def test_a_catch_up_longer_than_the_lease_keeps_the_lead_as_it_fires(dsn: str) -
             except BaseException as exc:
                 raised.append(exc)
 
+        started = time.monotonic()
         runner = threading.Thread(target=run, daemon=True)
         runner.start()
-        deadline = time.monotonic() + 20
-        while len(store.inspect().jobs("ticks", limit=1000)) < 64 and not raised:
+        deadline = started + 60
+        while len(store.inspect().jobs("ticks", limit=1000)) < 64 * schedules and not raised:
             assert time.monotonic() < deadline, "the catch-up did not finish"
             time.sleep(0.05)
+        took = time.monotonic() - started
         stop.set()
         runner.join(10)
         assert raised == []
-        assert len(store.inspect().jobs("ticks", limit=1000)) == 64
+        assert len(store.inspect().jobs("ticks", limit=1000)) == 64 * schedules
+        assert took > lease_s, "the catch-up should outlast the lease, or this proves nothing"
