@@ -928,6 +928,12 @@ def test_requeue_all_and_purge_ask_first_at_a_terminal(dsn: str) -> None:
     assert (code, _states(dsn, "r", more)) == (0, [None])
 
 
+def test_schedule_takes_a_key_and_refuses_an_empty_one(dsn: str) -> None:
+    ok("schedule", "tick", "@every 1h", "ticks", '"t"', "--key", "tick", "--dsn", dsn)
+    result = run("schedule", "tock", "@every 1h", "ticks", '"t"', "--key", "", "--dsn", dsn)
+    assert "key must not be empty" in one_line_error(result, "schedule", 2)
+
+
 def test_enqueue_with_a_key_prints_the_live_jobs_id(dsn: str) -> None:
     first = ok("enqueue", "q", '{"n": 1}', "--key", "invoice-42", "--dsn", dsn)
     assert ok("enqueue", "q", '{"n": 2}', "--key", "invoice-42", "--dsn", dsn) == first

@@ -228,7 +228,7 @@ DROP INDEX {s}.jobs_key;
 ALTER TABLE {s}.jobs DROP COLUMN key, DROP COLUMN key_digest, DROP COLUMN traceparent;
 ALTER TABLE {s}.dead DROP COLUMN key, DROP COLUMN visibility_timeout_s,
     DROP COLUMN backoff_base_s, DROP COLUMN traceparent;
-ALTER TABLE {s}.schedules DROP COLUMN tz;
+ALTER TABLE {s}.schedules DROP COLUMN tz, DROP COLUMN job_key;
 UPDATE {s}.meta SET value = '2' WHERE key = 'schema_version'
 """
 """What version 3 added: taken away, today's schema is version 2 as it was."""

@@ -170,6 +170,7 @@ class AsyncStore(StoreBasics):
         """
         self._check_open()
         name, interval_s, queue, opts = check_schedule(name, spec, queue, opts)
+        self._refuse_key_unless_kept(opts.key)
         return await self._schedule(name, spec, interval_s, queue, encode(payload), opts)
 
     async def unschedule(self, name: str) -> bool:

@@ -207,6 +207,9 @@ class ScheduleOpts:
     """The IANA time zone a cron spec's fields are read in (``"Europe/Berlin"``);
     None is UTC. An ``@every`` spec takes none. An unknown zone raises
     ``InvalidSpec`` here."""
+    key: str | None = None
+    """A unique key for each fire's job (``EnqueueOpts.key``): a boundary that
+    comes while the previous fire's job is still live adds no job."""
 
     def __post_init__(self) -> None:
         check_int(self.priority, "priority")
@@ -216,9 +219,12 @@ class ScheduleOpts:
             _set(self, "expires", check_duration(self.expires, "expires", zero_ok=False))
         if self.tz is not None:
             check_tz(self.tz)
+        if self.key is not None:
+            check_identifier(self.key, "key")
 
     def as_enqueue_opts(self) -> EnqueueOpts:
         """Return the EnqueueOpts each fire of the schedule uses."""
         return EnqueueOpts(
-            priority=self.priority, max_attempts=self.max_attempts, expires=self.expires
-        )
+            priority=self.priority, max_attempts=self.max_attempts, expires=self.expires,
+            key=self.key,
+        )  # fmt: skip

@@ -69,13 +69,17 @@ class DueSchedule:
     tz: str | None = None
     """A cron spec's time zone as given (``ScheduleOpts.tz``); None is UTC
     (engine contract 1.4)."""
+    key: str | None = None
+    """The unique key of each fire's job (``ScheduleOpts.key``), else None
+    (engine contract 1.4)."""
 
     @property
     def opts(self) -> ScheduleOpts:
-        """The options each fire enqueues with (priority, max_attempts, expires)."""
+        """The options each fire enqueues with (priority, max_attempts, expires, key)."""
         return ScheduleOpts(
-            priority=self.priority, max_attempts=self.max_attempts, expires=self.expires_s
-        )
+            priority=self.priority, max_attempts=self.max_attempts, expires=self.expires_s,
+            key=self.key,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

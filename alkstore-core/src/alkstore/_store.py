@@ -194,6 +194,7 @@ class Store(StoreBasics, abc.ABC):
         name, interval_s, queue, opts = check_schedule(name, spec, queue, opts)
         if interval_s == 0:
             refuse_cron_unless_stored(self, spec)
+        self._refuse_key_unless_kept(opts.key)
         return self._schedule(name, spec, interval_s, queue, encode(payload), opts)
 
     def unschedule(self, name: str) -> bool:

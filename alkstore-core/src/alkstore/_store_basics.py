@@ -81,6 +81,20 @@ class StoreBasics:
     def _declared_queue_opts(self, name: str) -> QueueOpts:
         return self._queue_opts.get(name, _DEFAULT_QUEUE_OPTS)
 
+    def _refuse_key_unless_kept(self, key: str | None) -> None:
+        """Refuse a unique key (``EnqueueOpts.key``, ``ScheduleOpts.key``) that the
+        engine would not honour (``job_keys`` is False).
+
+        Raises:
+            NotImplementedError: naming the contract.
+        """
+        if key is not None and not self.job_keys:
+            raise NotImplementedError(
+                f"{self!r}: its engine does not implement unique jobs (a key in "
+                "EnqueueOpts or ScheduleOpts, engine contract 1.4); upgrade the engine, "
+                "or go without a key"
+            )
+
     def _stamp(self, queue_opts: QueueOpts, opts: EnqueueOpts | None) -> JobStamp:
         """``stamp_job``, refusing a key the engine would not honour.
 
@@ -89,11 +103,7 @@ class StoreBasics:
                 unique jobs (``job_keys`` is False).
         """
         stamp = stamp_job(queue_opts, opts)
-        if stamp.key is not None and not self.job_keys:
-            raise NotImplementedError(
-                f"{self!r}: its engine does not implement unique jobs (EnqueueOpts(key=...), "
-                "engine contract 1.4); upgrade the engine, or enqueue without a key"
-            )
+        self._refuse_key_unless_kept(stamp.key)
         return stamp
 
     def _check_notify_payload(self, payload_json: str) -> str:

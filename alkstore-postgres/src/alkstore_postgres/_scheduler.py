@@ -32,7 +32,11 @@ def _due_schedules(sql: Statements) -> Plan[DueSchedules]:
 
 def _due(name: str, interval_s: float, queue: str, *rest: Any) -> DueSchedule:
     """A row of ``due_schedules`` (its last column is the server's now)."""
-    return DueSchedule(unstored(name), interval_s, unstored(queue), *rest[:-1])
+    payload, priority, max_attempts, expires_s, next_fire_at, spec, tz, key, _now = rest
+    return DueSchedule(
+        unstored(name), interval_s, unstored(queue), payload, priority, max_attempts, expires_s,
+        next_fire_at, spec, tz, None if key is None else unstored(key),
+    )  # fmt: skip
 
 
 def fire_boundary(

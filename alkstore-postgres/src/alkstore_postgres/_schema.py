@@ -58,7 +58,7 @@ _V2_TO_V3 = (
     # the unique index on job keys comes with the current schema's DDL
     # Schedules: the time zone of a cron spec (ScheduleOpts.tz; NULL is UTC, and
     # every @every schedule). Older rows are @every schedules: NULL fits.
-    "ALTER TABLE {s}.schedules ADD COLUMN tz text",
+    "ALTER TABLE {s}.schedules ADD COLUMN tz text, ADD COLUMN job_key text",
 )
 
 _MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2, 2: _V2_TO_V3}

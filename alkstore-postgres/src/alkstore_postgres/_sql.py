@@ -151,6 +151,7 @@ TABLES: Mapping[str, tuple[tuple[Column, ...], tuple[str, ...]]] = {
             ("anchor", "double precision", "NOT NULL"),
             ("next_fire_at", "double precision", "NOT NULL"),
             ("tz", "text", ""),  # since version 3: a cron spec's zone, NULL for UTC
+            ("job_key", "text", ""),  # since version 3: each fire's unique key
         ),
         ("name_key",),
     ),
@@ -535,20 +536,22 @@ class Statements:
         self.now = render("SELECT {now}")
         self.upsert_schedule = render(
             "INSERT INTO {s}.schedules (name_key, name, spec, interval_s, queue, payload, "
-            "priority, max_attempts, expires_s, anchor, next_fire_at, tz) VALUES ({name_key}, "
-            "%(name)s, %(spec)s, %(interval)s, %(queue)s, %(payload)s, %(priority)s, "
-            "%(max_attempts)s, %(expires)s, %(anchor)s, %(next)s, %(tz)s) "
+            "priority, max_attempts, expires_s, anchor, next_fire_at, tz, job_key) VALUES "
+            "({name_key}, %(name)s, %(spec)s, %(interval)s, %(queue)s, %(payload)s, "
+            "%(priority)s, %(max_attempts)s, %(expires)s, %(anchor)s, %(next)s, %(tz)s, "
+            "%(job_key)s) "
             "ON CONFLICT (name_key) DO UPDATE SET "
             "spec = excluded.spec, interval_s = excluded.interval_s, queue = excluded.queue, "
             "payload = excluded.payload, priority = excluded.priority, "
             "max_attempts = excluded.max_attempts, expires_s = excluded.expires_s, "
-            "next_fire_at = excluded.next_fire_at, tz = excluded.tz"
+            "next_fire_at = excluded.next_fire_at, tz = excluded.tz, job_key = excluded.job_key"
         )
         self.delete_schedule = render("DELETE FROM {s}.schedules WHERE name_key = {name_key}")
         # A DueSchedule's fields in order, then the server's now.
         self.due_schedules = render(
             "SELECT name, interval_s, queue, payload, priority, max_attempts, expires_s, "
-            "next_fire_at, spec, tz, {now} FROM {s}.schedules WHERE next_fire_at <= {now}"
+            "next_fire_at, spec, tz, job_key, {now} FROM {s}.schedules "
+            "WHERE next_fire_at <= {now}"
         )
         self.next_schedule = render("SELECT MIN(next_fire_at) - {now} FROM {s}.schedules")
         self.advance_schedule = render(

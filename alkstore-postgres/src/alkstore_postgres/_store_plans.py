@@ -50,6 +50,7 @@ def schedule(
             "queue": stored(queue), "payload": payload_json, "priority": opts.priority,
             "max_attempts": opts.max_attempts, "expires": opts.expires,
             "anchor": placed.anchor, "next": placed.next_fire_at, "tz": placed.tz,
+            "job_key": None if opts.key is None else stored(opts.key),
         },
     )  # fmt: skip
     yield Statement(sql.notify, wake_params(sql.schema, SCHEDULES_WAKE_KEY))

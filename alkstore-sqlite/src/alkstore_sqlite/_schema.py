@@ -117,6 +117,7 @@ ALTER TABLE __alkstore_dead ADD COLUMN traceparent TEXT;
 ALTER TABLE __alkstore_dead ADD COLUMN visibility_timeout_s REAL;
 ALTER TABLE __alkstore_dead ADD COLUMN backoff_base_s REAL;
 ALTER TABLE __alkstore_schedules ADD COLUMN tz TEXT;
+ALTER TABLE __alkstore_schedules ADD COLUMN job_key TEXT;
 """
 
 _META = (

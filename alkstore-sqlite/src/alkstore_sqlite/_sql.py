@@ -225,18 +225,18 @@ SELECT spec, interval_s, anchor, next_fire_at, tz FROM __alkstore_schedules WHER
 """
 UPSERT_SCHEDULE = """
 INSERT INTO __alkstore_schedules (name, spec, interval_s, queue, payload, priority,
-    max_attempts, expires_s, anchor, next_fire_at, tz)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    max_attempts, expires_s, anchor, next_fire_at, tz, job_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, interval_s = excluded.interval_s,
     queue = excluded.queue, payload = excluded.payload, priority = excluded.priority,
     max_attempts = excluded.max_attempts, expires_s = excluded.expires_s,
-    next_fire_at = excluded.next_fire_at, tz = excluded.tz
+    next_fire_at = excluded.next_fire_at, tz = excluded.tz, job_key = excluded.job_key
 """
 DELETE_SCHEDULE = "DELETE FROM __alkstore_schedules WHERE name = ?"
 # The columns of a DueSchedule, in its fields' order: DueSchedule(*row).
 DUE_SCHEDULES = """
 SELECT name, interval_s, queue, payload, priority, max_attempts, expires_s, next_fire_at,
-    spec, tz
+    spec, tz, job_key
 FROM __alkstore_schedules WHERE next_fire_at <= ?
 """
 NEXT_SCHEDULE = "SELECT MIN(next_fire_at) FROM __alkstore_schedules"

@@ -129,7 +129,7 @@ class SQLiteStore(Store):
             connection.execute(
                 _sql.UPSERT_SCHEDULE,
                 (name, spec, interval_s, queue, payload_json, opts.priority, opts.max_attempts,
-                 opts.expires, placed.anchor, placed.next_fire_at, placed.tz),
+                 opts.expires, placed.anchor, placed.next_fire_at, placed.tz, opts.key),
             )  # fmt: skip
             connection.execute(_sql.NOTIFY, (SCHEDULES_WAKE_KEY, "null", now))
         return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz)

@@ -15,7 +15,7 @@ import time
 import pytest
 
 import alkstore
-from alkstore import EnqueueOpts, QueueOpts
+from alkstore import EnqueueOpts, QueueOpts, ScheduleOpts
 from alkstore.engine import StoreTarget
 from alkstore_contract_tests.suite._support import finish, spawn
 
@@ -250,3 +250,26 @@ def test_processes_racing_with_one_key_leave_exactly_one_job(
     assert {ids["tx"] for ids in told} == {jobs["in-tx"]}
     for ids in told:
         assert ids["plain"] == [jobs[f"k{n % 5}"] for n in range(20)]
+
+
+def test_a_keyed_schedule_does_not_pile_up_while_its_run_is_live(
+    store: alkstore.Store, scheduler_lease_s: float
+) -> None:
+    """Boundaries fired while the previous run is still live add no job."""
+    store.schedule("tick", "@every 1s", "ticks", "tick", ScheduleOpts(key="tick"))
+    stop = threading.Event()
+    runner = threading.Thread(target=store.run_schedules, args=(stop,))
+    runner.start()
+    try:
+        time.sleep(3.5)
+    finally:
+        stop.set()
+        runner.join(scheduler_lease_s + 10)
+    jobs = live_jobs(store, "ticks")
+    assert len(jobs) == 1
+    assert jobs[0].key == "tick"
+
+
+def test_a_bad_schedule_key_is_refused_when_the_options_are_made() -> None:
+    with pytest.raises(alkstore.InvalidName, match="key"):
+        ScheduleOpts(key="")

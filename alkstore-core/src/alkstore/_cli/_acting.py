@@ -58,6 +58,9 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     schedule.add_argument(
         "--tz", help="the IANA time zone of a cron spec, e.g. Europe/Berlin (default: UTC)"
     )
+    schedule.add_argument(
+        "--key", help="a unique key for each fire's job: no fire while the last one's is live"
+    )
     _add_job_options(schedule)
 
     unschedule = command(commands, common, "unschedule", "delete a schedule")(_unschedule)
@@ -109,6 +112,7 @@ def _schedule(arguments: argparse.Namespace) -> int:
         max_attempts=arguments.max_attempts,
         expires=arguments.expires,
         tz=arguments.tz,
+        key=arguments.key,
     )
     with opened_store(arguments, creates=True) as store:
         made = store.schedule(

@@ -723,7 +723,7 @@ class MemoryStore(Store):
             due = [
                 DueSchedule(name, s["interval_s"], s["queue"], s["payload"], s["opts"].priority,
                             s["opts"].max_attempts, s["opts"].expires, s["placed"].next_fire_at,
-                            s["spec"], s["placed"].tz)
+                            s["spec"], s["placed"].tz, s["opts"].key)
                 for name, s in self.db.schedules.items()
                 if s["placed"].next_fire_at <= now
             ]  # fmt: skip
