@@ -278,6 +278,7 @@ def test_both_apis_run_the_same_tests(site: Path, tmp_path: Path) -> None:
                 # it keeps the expired job beside the new one instead of dead-lettering it
                 "test_a_job_past_its_expiry_holds_no_key",
                 "test_threads_racing_with_one_key_leave_exactly_one_job",
+                "test_a_keyed_schedule_does_not_pile_up_while_its_run_is_live",
             },
         ),
         (
