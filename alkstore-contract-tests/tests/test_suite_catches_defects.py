@@ -282,6 +282,16 @@ def test_both_apis_run_the_same_tests(site: Path, tmp_path: Path) -> None:
             },
         ),
         (
+            "memory-silent-trim",
+            "test_stream_retention",
+            {
+                "test_a_read_reaching_into_trimmed_events_raises_instead_of_skipping",
+                "test_retain_spares_the_slowest_consumer_unless_forced",
+                "test_a_receiver_behind_a_trim_raises_on_its_next_read",
+                "test_a_consumer_behind_a_trim_stops_with_the_error",
+            },
+        ),
+        (
             "memory-upsert-moves-schedule",
             "test_scheduler or test_inspect",
             {

@@ -71,10 +71,10 @@ def test_engines_and_plugin_depend_on_a_range_of_core(wheels: dict[str, zipfile.
         metadata = wheel.read(
             next(name for name in wheel.namelist() if name.endswith(".dist-info/METADATA"))
         ).decode()
-        assert "Requires-Dist: alkstore-core<0.2,>=0.1.0.dev0" in metadata
+        assert "Requires-Dist: alkstore-core<0.2,>=0.1.0.dev2" in metadata
 
 
-def test_core_depends_only_on_the_cron_parser_zone_data_and_its_otel_extra(
+def test_core_depends_only_on_the_cron_parser_zone_data_and_its_extras(
     wheels: dict[str, zipfile.ZipFile],
 ) -> None:
     wheel = wheels["alkstore-core"]
@@ -86,5 +86,9 @@ def test_core_depends_only_on_the_cron_parser_zone_data_and_its_otel_extra(
         "Requires-Dist: cronsim<3,>=2.7",
         "Requires-Dist: tzdata>=2024.1",
         "Requires-Dist: opentelemetry-api>=1.27; extra == 'otel'",
+        "Requires-Dist: jinja2>=3.1; extra == 'web'",
+        "Requires-Dist: starlette>=0.40; extra == 'web'",
+        "Requires-Dist: uvicorn>=0.30; extra == 'web'",
     ]
     assert "Provides-Extra: otel" in metadata
+    assert "Provides-Extra: web" in metadata

@@ -223,7 +223,14 @@ def test_a_version_1_schema_is_migrated_on_open_and_every_row_works(
     assert store.unschedule("nightly")
 
 
-VERSION_3_ONLY = """
+VERSION_4_ONLY = """
+ALTER TABLE {s}.stream_heads DROP COLUMN trimmed_through;
+UPDATE {s}.meta SET value = '3' WHERE key = 'schema_version'
+"""
+"""What version 4 added: taken away, today's schema is version 3 as it was."""
+
+VERSIONS_3_AND_4_ONLY = """
+ALTER TABLE {s}.stream_heads DROP COLUMN trimmed_through;
 DROP INDEX {s}.jobs_key;
 ALTER TABLE {s}.jobs DROP COLUMN key, DROP COLUMN key_digest, DROP COLUMN traceparent;
 ALTER TABLE {s}.dead DROP COLUMN key, DROP COLUMN visibility_timeout_s,
@@ -231,7 +238,7 @@ ALTER TABLE {s}.dead DROP COLUMN key, DROP COLUMN visibility_timeout_s,
 ALTER TABLE {s}.schedules DROP COLUMN tz, DROP COLUMN job_key;
 UPDATE {s}.meta SET value = '2' WHERE key = 'schema_version'
 """
-"""What version 3 added: taken away, today's schema is version 2 as it was."""
+"""What versions 3 and 4 added: taken away, today's schema is version 2 as it was."""
 
 
 def test_a_version_2_schema_gains_the_schedules_time_zone_keeping_its_schedules(
@@ -240,7 +247,7 @@ def test_a_version_2_schema_gains_the_schedules_time_zone_keeping_its_schedules(
     first = open_store()
     made = first.schedule("tick", "@every 1h", "jobs", {"v": 1})
     first.close()
-    run_sql(dsn, schema, VERSION_3_ONLY)
+    run_sql(dsn, schema, VERSIONS_3_AND_4_ONLY)
     store = open_store()
     assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
     assert store.inspect().schedules() == [made]
@@ -267,7 +274,7 @@ def test_a_version_2_schema_gains_job_keys_and_traces_keeping_its_jobs(
         else:
             assert job.release()
     first.close()
-    run_sql(dsn, schema, VERSION_3_ONLY)
+    run_sql(dsn, schema, VERSIONS_3_AND_4_ONLY)
     store = open_store()
     queue = store.queue("q", alkstore.QueueOpts(visibility_timeout_s=77))
     keyed = queue.enqueue("keyed", alkstore.EnqueueOpts(key="k"))
@@ -276,6 +283,23 @@ def test_a_version_2_schema_gains_job_keys_and_traces_keeping_its_jobs(
     jobs = {job.id: job for job in queue.claim_batch("w", 10)}
     assert sorted(jobs) == sorted([live, dead, keyed])
     assert (jobs[dead].visibility_timeout_s, jobs[live].key, jobs[keyed].key) == (77, None, "k")
+
+
+def test_a_version_3_schema_gains_stream_trims_keeping_its_streams(
+    dsn: str, schema: str, open_store: OpenStore
+) -> None:
+    first = open_store()
+    offsets = [first.stream("orders").publish(n) for n in range(3)]
+    first.stream("orders").save_offset("billing", offsets[0])
+    first.close()
+    run_sql(dsn, schema, VERSION_4_ONLY)
+    store = open_store()
+    assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
+    orders = store.stream("orders")
+    assert (orders.trimmed_through(), orders.get_offset("billing")) == (0, offsets[0])
+    assert orders.retain(keep_last=0) == 1, "billing has read only the first"
+    assert [event.payload for event in orders.read_from_consumer("billing")] == [1, 2]
+    assert orders.publish(3) == offsets[-1] + 1
 
 
 def fire_schedules(store: PostgresStore, check: Callable[[], alkstore.Job | None]) -> alkstore.Job:

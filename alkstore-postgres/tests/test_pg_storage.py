@@ -86,8 +86,11 @@ _SCHEMA_RULE = "schema must be a non-empty name of at most 63 bytes, without NUL
             {"colour": 1},
             TypeError,
             "the postgres engine has no option 'colour' (it knows: connect_timeout_s, "
-            "pool_max_size, pool_min_size, scheduler_lease_s, schema)",
+            "listen_dsn, pool_max_size, pool_min_size, pooler, scheduler_lease_s, schema)",
         ),
+        ({"pooler": "statement"}, ValueError, "pooler must be 'none' or 'transaction'"),
+        ({"pooler": "transaction"}, ValueError, "pooler='transaction' needs listen_dsn"),
+        ({"listen_dsn": 5432}, ValueError, "listen_dsn must be a connection string (str)"),
     ],
 )
 def test_bad_options_are_refused_by_name(

@@ -183,9 +183,30 @@ def test_a_version_1_file_is_upgraded_in_place_keeping_its_rows(path: str) -> No
             "nightly", "0 3 * * *", "jobs", 3, alkstore.ScheduleOpts(tz="Europe/Berlin")
         )
         assert nightly.tz == "Europe/Berlin"
-    assert stored_version(path) == str(SCHEMA_VERSION) == "2"
+    assert stored_version(path) == str(SCHEMA_VERSION) == "3"
     with alkstore.open(path) as store:  # and the upgraded file reopens as it is
         assert [s.tz for s in store.inspect().schedules()] == ["Europe/Berlin", None]
+
+
+def test_a_version_2_file_gains_stream_trims_keeping_its_events(path: str) -> None:
+    from alkstore_sqlite._schema import _META, _V1, _V2, _statements
+
+    with raw(path) as connection:
+        connection.execute(_META)
+        for statement in [*_statements(_V1), *_statements(_V2)]:
+            connection.execute(statement)
+        connection.execute("INSERT INTO __alkstore_meta VALUES ('schema_version', '2')")
+        for n in range(3):
+            connection.execute(
+                "INSERT INTO __alkstore_events (stream, key, payload, created_at) "
+                f"VALUES ('orders', NULL, '{n}', 0)"
+            )
+    with alkstore.open(path) as store:
+        orders = store.stream("orders")
+        assert [event.payload for event in orders.read_since(0)] == [0, 1, 2]
+        assert orders.trim(2) == 2
+        assert [event.payload for event in orders.read_since(2)] == [2]
+    assert stored_version(path) == str(SCHEMA_VERSION)
 
 
 def test_a_dropped_schedule_tz_column_is_refused(made: str) -> None:

@@ -51,6 +51,7 @@ API = pytest.StashKey[str]()
 """Which API the session runs the suite through: one of :data:`API_CHOICES`."""
 
 API_CHOICES = ("sync", "async")
+"""The values of ``--alkstore-api``: the sync API, or the async one behind a sync facade."""
 
 DEFAULT_TEST_TIMEOUT_S = 120.0
 """The time limit of each suite test when nobody set one: the slowest correct
@@ -72,6 +73,7 @@ pytest.register_assert_rewrite("alkstore_contract_tests.suite")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add the ``--alkstore-*`` options, in their own group of ``pytest --help``."""
     group = parser.getgroup("alkstore", "alkstore conformance suite")
     group.addoption(
         "--alkstore-engine",
@@ -108,6 +110,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    """With ``--alkstore-engine``: load the engine, make its test provider, collect the suite."""
     name = config.getoption("alkstore_engine")
     if name is None:
         return
@@ -223,12 +226,14 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """Close the session's test provider, if there is one."""
     provider = config.stash.get(PROVIDER, None)
     if provider is not None:
         provider.close()  # type: ignore[attr-defined]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    """Name the engine, its distribution and both contract versions atop the run."""
     provider = config.stash.get(PROVIDER, None)
     if provider is None:
         return None

@@ -40,6 +40,7 @@ from alkstore._errors import (
     LeadershipLost,
     PayloadTooLarge,
     ReservedName,
+    StreamTrimmed,
 )
 from alkstore._inspect import ConsumerStats, Inspector, LockInfo, QueueStats, StreamStats
 from alkstore._job import Job
@@ -112,6 +113,7 @@ __all__ = [
     "Stream",
     "StreamEvent",
     "StreamStats",
+    "StreamTrimmed",
     "TxHandle",
     "TxState",
     "Wake",

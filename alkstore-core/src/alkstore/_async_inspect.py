@@ -37,11 +37,20 @@ class AsyncInspector:
         return await self._queues()
 
     async def jobs(
-        self, queue: str, state: JobState | None = None, *, limit: int = 100
+        self,
+        queue: str,
+        state: JobState | None = None,
+        *,
+        limit: int = 100,
+        after: int | None = None,
     ) -> list[JobInfo]:
-        """The first ``limit`` jobs of ``queue`` by id, in ``state`` or in any state."""
+        """The first ``limit`` jobs of ``queue`` by id, in ``state`` or in any state;
+        with ``after``, only those whose id is greater (the next page)."""
         self._store._check_open()
-        return await self._jobs(*check_jobs_query(queue, state, limit))
+        queue, state, limit, after = check_jobs_query(queue, state, limit, after)
+        if after is None:
+            return await self._jobs(queue, state, limit)
+        return await self._jobs_after(queue, state, limit, after)
 
     async def streams(self) -> list[StreamStats]:
         """Every stream with an event or a saved consumer offset."""
@@ -71,6 +80,12 @@ class AsyncInspector:
 
     async def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
         return await self._store._offloaded((await self._twin())._jobs, queue, state, limit)
+
+    async def _jobs_after(
+        self, queue: str, state: JobState | None, limit: int, after: int
+    ) -> list[JobInfo]:
+        twin = await self._twin()
+        return await self._store._offloaded(twin._jobs_after, queue, state, limit, after)
 
     async def _streams(self) -> list[StreamStats]:
         return await self._store._offloaded((await self._twin())._streams)

@@ -27,7 +27,9 @@ class AsyncLock:
     ) -> None:
         self._store = store
         self.name = name
+        """The lock's name."""
         self.owner = owner
+        """Who holds it when held through this handle: the owner given to ``store.lock``."""
         self.ttl_s = ttl_s
         """The TTL of the latest acquire or renew."""
         self._twin_lock = twin

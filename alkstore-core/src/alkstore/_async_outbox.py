@@ -19,6 +19,7 @@ class AsyncOutbox:
 
     def __init__(self, name: str, backing_queue: AsyncQueue) -> None:
         self.name = name
+        """The outbox's name."""
         self._queue = backing_queue
 
     @property

@@ -9,10 +9,9 @@ from alkstore._async_job import AsyncJob
 from alkstore._codec import encode
 from alkstore._job import ClaimedJob, Job
 from alkstore._names import check_identifier, queue_wake_key
-from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_int
+from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_flag, check_int
 from alkstore._queue import (
     MAX_BATCH,
-    check_flag,
     check_job_id,
     claim_order,
     dead_job_ids,
@@ -42,7 +41,9 @@ class AsyncQueue:
     def __init__(self, store: AsyncStore, name: str, opts: QueueOpts) -> None:
         self._store = store
         self.name = name
+        """The queue's name."""
         self.opts = opts
+        """The queue's options: what ``store.queue`` declared, else the defaults."""
         self._twin_queue: Queue | None = None
 
     async def enqueue(self, payload: object, opts: EnqueueOpts | None = None) -> int:

@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING
 from alkstore._codec import encode
 from alkstore._names import check_identifier, stream_wake_key
 from alkstore._receivers import WakeReceiver
-from alkstore._stream import _READ_AHEAD, Replay, check_key, check_limit, check_offset
+from alkstore._stream import (
+    _READ_AHEAD,
+    Replay,
+    TrimRule,
+    check_key,
+    check_limit,
+    check_offset,
+    retention_rule,
+    trim_rule,
+)
 from alkstore._values import StreamEvent
 
 if TYPE_CHECKING:
@@ -28,6 +37,7 @@ class AsyncStream:
     def __init__(self, store: AsyncStore, name: str) -> None:
         self._store = store
         self.name = name
+        """The stream's name."""
         self._twin_stream: Stream | None = None
 
     async def publish(self, payload: object) -> int:
@@ -45,14 +55,41 @@ class AsyncStream:
         return await self._publish(check_key(key), encode(payload))
 
     async def read_since(self, offset: int, limit: int = 1000) -> list[StreamEvent]:
-        """Return committed events with offsets greater than ``offset``, ascending."""
+        """Return committed events with offsets greater than ``offset``, ascending.
+
+        Raises:
+            StreamTrimmed: events after ``offset`` were trimmed.
+        """
         self._store._check_open()
         return await self._read_since(check_offset(offset), check_limit(limit))
 
     async def read_from_consumer(self, consumer: str, limit: int = 1000) -> list[StreamEvent]:
-        """Return events after ``consumer``'s saved offset, ascending."""
+        """Return events after ``consumer``'s saved offset, ascending.
+
+        Raises:
+            StreamTrimmed: events after the saved offset were trimmed.
+        """
         offset = await self.get_offset(consumer)
         return await self._read_since(offset, check_limit(limit))
+
+    async def trim(self, up_to: int) -> int:
+        """Delete the events with offsets up to ``up_to`` (at most the head); return
+        how many went (see :meth:`Stream.trim <alkstore.Stream.trim>`)."""
+        self._store._check_open()
+        return await self._trim(trim_rule(up_to))
+
+    async def retain(
+        self, *, max_age_s: float | None = None, keep_last: int | None = None, force: bool = False
+    ) -> int:
+        """Trim by age and/or count, sparing consumers unless ``force``; return how
+        many went (see :meth:`Stream.retain <alkstore.Stream.retain>`)."""
+        self._store._check_open()
+        return await self._trim(retention_rule(max_age_s, keep_last, force))
+
+    async def trimmed_through(self) -> int:
+        """The offset the stream is trimmed through (0 if it never was)."""
+        self._store._check_open()
+        return await self._trimmed_through()
 
     async def get_offset(self, consumer: str) -> int:
         """Return ``consumer``'s saved offset; 0 when it never saved one."""
@@ -110,6 +147,12 @@ class AsyncStream:
         """Raise the offset if higher; raise ``offset_past_head(...)`` past the head."""
         return await self._store._offloaded((await self._twin())._save_offset, consumer, offset)
 
+    async def _trim(self, rule: TrimRule) -> int:
+        return await self._store._offloaded((await self._twin())._trim, rule)
+
+    async def _trimmed_through(self) -> int:
+        return await self._store._offloaded((await self._twin())._trimmed_through)
+
 
 class AsyncEventReceiver(Replay):
     """Durable consumption of one stream by one consumer, for asyncio code.
@@ -124,6 +167,7 @@ class AsyncEventReceiver(Replay):
     ) -> None:
         super().__init__(consumer, wakes, start_offset)
         self.stream = stream
+        """The stream this receiver reads."""
 
     def recv(self, timeout: float | None = None) -> StreamEvent | None:
         """Refused: use ``await recv_async(timeout)`` or ``async for``."""

@@ -83,6 +83,7 @@ class AsyncTxHandle:
         thread its calls run on (None: on the calling thread)."""
         self._store = store
         self.state = TxState.OPEN
+        """Where the transaction stands: open, committed or rolled back."""
         self._twin_tx = twin
         self._lane = lane
         self._ending = False  # commit or rollback began: the store's close leaves it be

@@ -36,7 +36,7 @@ from alkstore._async_tx import AsyncTxHandle
 from alkstore._backoff import backoff_ceiling
 from alkstore._batch_verdict import is_fatal, judge_batch
 from alkstore._consumer_async import AsyncConsumerRun
-from alkstore._errors import Closed, Database, Error
+from alkstore._errors import Closed, Database, Error, StreamTrimmed
 from alkstore._names import check_identifier
 from alkstore._options import check_duration, check_int
 from alkstore._outage import Outage
@@ -94,12 +94,19 @@ class Consumer:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         self.store = store
+        """The store the consumer reads from and saves its offset in."""
         self.stream = _resolve_stream(store, stream)
+        """The stream it reads."""
         self.name = check_identifier(name, "consumer")
+        """The consumer's name: the key its offset is saved under."""
         self.handler = handler
+        """Called with each event (and, when transactional, the batch's transaction)."""
         self.batch_size = check_int(batch_size, "batch_size", minimum=1, maximum=MAX_READ)
+        """How many events one read returns at most."""
         self.transactional = bool(transactional)
+        """Whether the handler's writes and the offset's save commit in one transaction."""
         self.idle_wait_s = check_duration(idle_wait_s, "idle_wait_s", zero_ok=False)
+        """The longest idle park on the stream's wakes (wakes end a park early)."""
         self._is_async = inspect.iscoroutinefunction(handler)
         if self.transactional:
             _check_transactional(store, self._is_async)
@@ -124,6 +131,10 @@ class Consumer:
             TypeError: the consumer's store is an :class:`AsyncStore`, whose
                 calls belong to the event loop it was opened in: use
                 ``await consumer.run_async(stop)`` there.
+            StreamTrimmed: the events after the saved offset were trimmed
+                from the stream (``Stream.trim``): the consumer stops rather
+                than skip them. Saving the error's ``trimmed_through`` as its
+                offset skips them on purpose.
             BaseException: what a handler raised that is not an ``Exception``
                 (``SystemExit``, ``KeyboardInterrupt``), after saving the
                 offset of the events handled before it (one try).
@@ -139,8 +150,8 @@ class Consumer:
                 relay.start()
                 try:
                     self._consume(receiver, stop)
-                except Closed:
-                    raise
+                except (Closed, StreamTrimmed):
+                    raise  # closed: done; trimmed: no retry brings the events back
                 except Exception as exc:  # neither an outage nor a handler's: retried the same
                     stop.wait(self._note_failure(exc, handler=False))
                 finally:
@@ -163,8 +174,9 @@ class Consumer:
         must belong to this loop); on a sync :class:`Store` they run on
         threads. Coroutine handlers are awaited on the loop, plain ones run on
         the loop's executor. Outages and handler failures are handled as by
-        :meth:`run`. A cancelled run saves nothing more: events handled since
-        the last save are delivered again next time (at least once).
+        :meth:`run`, and so is a trimmed stream (``StreamTrimmed``). A
+        cancelled run saves nothing more: events handled since the last save
+        are delivered again next time (at least once).
         """
         stop = asyncio.Event() if stop is None else stop
         self._started_at = time.monotonic()

@@ -22,7 +22,7 @@ from alkstore._async_store import AsyncStore
 from alkstore._async_stream import AsyncEventReceiver, AsyncStream
 from alkstore._async_tx import AsyncTxHandle
 from alkstore._batch_verdict import is_fatal, judge_batch
-from alkstore._errors import Closed, Database, Error
+from alkstore._errors import Closed, Database, Error, StreamTrimmed
 from alkstore._stream import EventReceiver, Replay, Stream
 from alkstore._values import StreamEvent
 
@@ -123,8 +123,8 @@ class AsyncConsumerRun:
                 relay = asyncio.ensure_future(_close_on_stop(stop, receiver))
                 try:
                     await self._consume(receiver, stop)
-                except Closed:
-                    raise
+                except (Closed, StreamTrimmed):
+                    raise  # closed: done; trimmed: no retry brings the events back
                 except Exception as exc:  # neither an outage nor a handler's: retried the same
                     await _pause(stop, consumer._note_failure(exc, handler=False))
                 finally:

@@ -70,9 +70,13 @@ class EngineInfo:
     """An installed engine, as ``alkstore.engines()`` reports it."""
 
     name: str
+    """The engine's name: what ``--alkstore-engine`` and ``NAME://`` targets use."""
     schemes: tuple[str, ...]
+    """The URL schemes the engine opens."""
     distribution: str
+    """The distribution that registers the engine, e.g. ``alkstore-sqlite``."""
     version: str
+    """That distribution's installed version."""
     contract_version: str = ""
     """The engine contract version the engine was written for."""
 

@@ -16,6 +16,7 @@ __all__ = [
     "LeadershipLost",
     "PayloadTooLarge",
     "ReservedName",
+    "StreamTrimmed",
 ]
 
 
@@ -73,6 +74,33 @@ class Database(Error):
     The engine's own exception is chained as ``__cause__``. Whether the
     operation took effect is unknown unless the engine documents otherwise.
     """
+
+
+class StreamTrimmed(Error, LookupError):
+    """Events the read asked for were trimmed from the stream (``Stream.trim``).
+
+    Raised instead of skipping them silently. ``trimmed_through`` is the
+    offset the stream is trimmed through: every event up to it is gone, every
+    later one is readable. To skip the gap on purpose, read from there, or
+    save it as the consumer's offset
+    (``stream.save_offset(consumer, error.trimmed_through)``).
+    """
+
+    def __init__(self, stream: str, after: int, trimmed_through: int) -> None:
+        super().__init__(
+            f"stream {stream!r} is trimmed through offset {trimmed_through}: the events "
+            f"after offset {after} up to it are gone; read after {trimmed_through} "
+            "(or save it as the consumer's offset) to skip them on purpose"
+        )
+        self.stream = stream
+        """The stream that was read."""
+        self.after = after
+        """The offset the read asked for events after."""
+        self.trimmed_through = trimmed_through
+        """The stream's trim record: every event up to this offset is gone."""
+
+    def __reduce__(self) -> tuple[type[StreamTrimmed], tuple[str, int, int]]:
+        return type(self), (self.stream, self.after, self.trimmed_through)
 
 
 class InvalidSpec(Error, ValueError):

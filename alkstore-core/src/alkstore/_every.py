@@ -176,9 +176,11 @@ class PlacedSchedule:
     """Where a schedule stands: its spec, its anchor and its next boundary."""
 
     spec: str
+    """The spec as given: ``@every ...``, a cron expression or a cron alias."""
     anchor: float
     """When the schedule was created (an ``@every`` schedule's grid starts there)."""
     next_fire_at: float
+    """Unix seconds of the next boundary to fire."""
     tz: str | None = None
     """The time zone of a cron spec as given (``ScheduleOpts.tz``); None for
     UTC and for ``@every`` (engine contract 1.4)."""

@@ -32,6 +32,8 @@ JOB_STATES: tuple[JobState, ...] = get_args(JobState)
 MAX_JOBS_LISTED = 10_000
 """The largest ``limit`` :meth:`Inspector.jobs` accepts."""
 
+_MAX_JOB_ID = 2**63 - 1
+
 
 @dataclass(frozen=True, slots=True)
 class QueueStats:
@@ -52,6 +54,7 @@ class QueueStats:
     processing: int
     """Claimed (a lapsed claim counts until the next claim or sweep returns it)."""
     dead: int
+    """Dead letters: jobs that ran out of attempts, failed for good or expired."""
     oldest_ready_age_s: float | None
     """How long the longest-waiting ready job has been ready; None with none ready."""
 
@@ -66,6 +69,7 @@ class ConsumerStats:
     """One consumer's saved position in a stream."""
 
     name: str
+    """The consumer's name."""
     offset: int
     """The saved offset (the last event the consumer handled)."""
     lag: int
@@ -77,6 +81,7 @@ class StreamStats:
     """A stream's head and where each of its consumers stands."""
 
     name: str
+    """The stream's name."""
     head: int
     """The offset of the newest committed event; 0 while the stream is empty."""
     consumers: tuple[ConsumerStats, ...]
@@ -88,20 +93,33 @@ class LockInfo:
     """A named lock that is held now (not past its TTL)."""
 
     name: str
+    """The lock's name."""
     owner: str
+    """Who holds it."""
     expires_at: float
     """Unix seconds when the hold lapses unless renewed."""
 
 
 def check_jobs_query(
-    queue: object, state: object, limit: object
-) -> tuple[str, JobState | None, int]:
+    queue: object, state: object, limit: object, after: object = None
+) -> tuple[str, JobState | None, int, int | None]:
     """The arguments of ``Inspector.jobs``, checked."""
     if not isinstance(queue, str) or not queue:
         raise TypeError(f"queue must be a non-empty str, not {queue!r}")
     if state is not None and state not in JOB_STATES:
         raise ValueError(f"state must be one of {', '.join(JOB_STATES)} or None, not {state!r}")
-    return queue, state, check_int(limit, "limit", minimum=1, maximum=MAX_JOBS_LISTED)
+    limit = check_int(limit, "limit", minimum=1, maximum=MAX_JOBS_LISTED)
+    if after is not None:
+        after = check_int(after, "after", minimum=0, maximum=_MAX_JOB_ID)
+    return queue, state, limit, after
+
+
+def jobs_after_not_in_engine(inspector: object) -> NotImplementedError:
+    """The error of an engine written before keyset listing (contract 1.6)."""
+    return NotImplementedError(
+        f"{inspector!r}: its engine does not implement jobs(after=...) (engine contract 1.6); "
+        "upgrade the engine"
+    )
 
 
 class Inspector(abc.ABC):
@@ -120,14 +138,26 @@ class Inspector(abc.ABC):
         self._store._check_open()
         return self._queues()
 
-    def jobs(self, queue: str, state: JobState | None = None, *, limit: int = 100) -> list[JobInfo]:
+    def jobs(
+        self,
+        queue: str,
+        state: JobState | None = None,
+        *,
+        limit: int = 100,
+        after: int | None = None,
+    ) -> list[JobInfo]:
         """The first ``limit`` jobs of ``queue`` by id, in ``state`` or in any state.
 
         ``queue`` may be any queue name, an outbox's backing queue included.
-        Dead letters carry ``last_error`` and ``died_at``.
+        Dead letters carry ``last_error`` and ``died_at``. With ``after``, only
+        jobs whose id is greater: pass the last id of one page to get the next
+        (keyset pagination, read from an index however deep the page).
         """
         self._store._check_open()
-        return self._jobs(*check_jobs_query(queue, state, limit))
+        queue, state, limit, after = check_jobs_query(queue, state, limit, after)
+        if after is None:
+            return self._jobs(queue, state, limit)
+        return self._jobs_after(queue, state, limit, after)
 
     def streams(self) -> list[StreamStats]:
         """Every stream with an event or a saved consumer offset."""
@@ -156,6 +186,12 @@ class Inspector(abc.ABC):
     @abc.abstractmethod
     def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
         """List up to ``limit`` jobs of ``queue`` in ``state`` (any when None), by id."""
+
+    def _jobs_after(
+        self, queue: str, state: JobState | None, limit: int, after: int
+    ) -> list[JobInfo]:
+        """Like ``_jobs``, only jobs with an id greater than ``after`` (contract 1.6)."""
+        raise jobs_after_not_in_engine(self)
 
     @abc.abstractmethod
     def _streams(self) -> list[StreamStats]:

@@ -26,7 +26,9 @@ class Lock(abc.ABC):
     def __init__(self, store: Store, name: str, owner: str, ttl_s: float) -> None:
         self._store = store
         self.name = name
+        """The lock's name."""
         self.owner = owner
+        """Who holds it when held through this handle: the owner given to ``store.lock``."""
         self.ttl_s = ttl_s
         """The TTL of the latest acquire or renew."""
 

@@ -87,6 +87,13 @@ def check_int(
     return value
 
 
+def check_flag(value: object, field: str) -> bool:
+    """Return ``value`` if it is a bool (``1`` or ``"no"`` are mistakes, not flags)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{field} must be a bool, not {type(value).__name__}")
+    return value
+
+
 def check_timestamp(value: object, field: str) -> float:
     """Return ``value`` as Unix seconds: a number, or a timezone-aware datetime.
 

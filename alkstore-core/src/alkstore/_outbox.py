@@ -22,6 +22,7 @@ class Outbox:
 
     def __init__(self, name: str, backing_queue: Queue) -> None:
         self.name = name
+        """The outbox's name."""
         self._queue = backing_queue
 
     @property

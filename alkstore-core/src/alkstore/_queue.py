@@ -10,7 +10,7 @@ from alkstore._claims import ClaimLedger
 from alkstore._codec import encode
 from alkstore._job import ClaimedJob, Job
 from alkstore._names import check_identifier, queue_wake_key
-from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_int
+from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_flag, check_int
 from alkstore._stamp import JobStamp
 from alkstore._tracing import TRACING, traced_enqueue
 from alkstore._values import JobInfo
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from alkstore._store import Store
 
 __all__ = [
-    "EXPIRED", "LAPSED_ON_LAST_ATTEMPT", "MAX_BATCH", "Queue", "check_flag", "check_job_id",
+    "EXPIRED", "LAPSED_ON_LAST_ATTEMPT", "MAX_BATCH", "Queue", "check_job_id",
     "claim_order", "dead_job_ids", "fenced_claims", "not_in_engine", "wait_for_work",
 ]  # fmt: skip
 
@@ -56,7 +56,9 @@ class Queue(abc.ABC):
     def __init__(self, store: Store, name: str, opts: QueueOpts) -> None:
         self._store = store
         self.name = name
+        """The queue's name."""
         self.opts = opts
+        """The queue's options: what ``store.queue`` declared, else the defaults."""
 
     def enqueue(self, payload: object, opts: EnqueueOpts | None = None) -> int:
         """Add a job and commit; return its id.
@@ -306,13 +308,6 @@ def dead_job_ids(job_ids: Iterable[int] | None) -> list[int] | None:
             f"job_ids must be an iterable of job ids or None, not {type(job_ids).__name__}"
         )
     return sorted({check_job_id(job_id) for job_id in job_ids})
-
-
-def check_flag(value: object, field: str) -> bool:
-    """Return ``value`` if it is a bool (``1`` or ``"no"`` are mistakes, not flags)."""
-    if not isinstance(value, bool):
-        raise ValueError(f"{field} must be a bool, not {type(value).__name__}")
-    return value
 
 
 def not_in_engine(queue: object, operation: str) -> NotImplementedError:

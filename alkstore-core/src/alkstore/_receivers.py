@@ -128,6 +128,7 @@ class WakeReceiver(Receiver[Wake]):
     """
 
     channel: str
+    """The channel this receiver wakes for."""
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -155,6 +156,7 @@ class BufferedWakeReceiver(WakeReceiver):
         max_pending: int = 65_536,
     ) -> None:
         self.channel = channel
+        """The channel this receiver wakes for."""
         self._coalesce = coalesce
         self._on_close = on_close
         self._max_pending = max_pending
@@ -165,6 +167,7 @@ class BufferedWakeReceiver(WakeReceiver):
 
     @property
     def closed(self) -> bool:
+        """Whether the receiver is closed: ``recv`` then returns None at once."""
         return self._closed
 
     @property
@@ -185,6 +188,7 @@ class BufferedWakeReceiver(WakeReceiver):
             self._wake_async_waiters()
 
     def close(self) -> None:
+        """Close the receiver: pending wakes are dropped, waiting ``recv`` calls return None."""
         with self._ready:
             if self._closed:
                 return
@@ -196,6 +200,7 @@ class BufferedWakeReceiver(WakeReceiver):
             self._on_close(self)
 
     def recv(self, timeout: float | None = None) -> Wake | None:
+        """The next wake, or None on timeout (seconds; None waits forever) or once closed."""
         timeout = check_timeout(timeout)
         with self._ready:
             if not self._ready.wait_for(self._has_news, timeout):
@@ -203,6 +208,7 @@ class BufferedWakeReceiver(WakeReceiver):
             return self._pending.popleft() if self._pending else None
 
     async def recv_async(self, timeout: float | None = None) -> Wake | None:
+        """The next wake, awaited; None on timeout (seconds; None waits forever) or once closed."""
         timeout = check_timeout(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else time.monotonic() + timeout

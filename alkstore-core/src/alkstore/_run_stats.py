@@ -27,6 +27,7 @@ class RunStats:
     in_flight: int
     """Claimed and not yet settled, right now."""
     elapsed_s: float
+    """Seconds from the start of the run to these counts."""
 
     @property
     def handled(self) -> int:

@@ -54,12 +54,19 @@ class DueSchedule:
     """
 
     name: str
+    """The schedule's name."""
     interval_s: float
+    """An ``@every`` schedule's interval in seconds (a cron schedule's is its spec's)."""
     queue: str
+    """The queue each fire enqueues into."""
     payload_json: str
+    """The payload of each fire's job, encoded as JSON."""
     priority: int
+    """The priority of each fire's job."""
     max_attempts: int | None
+    """The max_attempts of each fire's job; None takes the queue's."""
     expires_s: float | None
+    """How long each fire's job may wait before it expires; None never."""
     next_fire_at: float
     """The boundary it is at (Unix seconds, the engine's clock)."""
     spec: str | None = None
@@ -87,7 +94,9 @@ class DueSchedules:
     """Every due schedule, and the engine's ``now`` they were read at."""
 
     now: float
+    """The engine's clock when the schedules were read (Unix seconds)."""
     schedules: list[DueSchedule]
+    """The schedules whose next boundary is at or before ``now``."""
 
 
 class Fired(enum.Enum):

@@ -23,10 +23,15 @@ class JobStamp:
     """Everything an engine writes onto a new job row besides its payload."""
 
     priority: int
+    """The job's priority: higher is claimed first."""
     max_attempts: int
+    """Claims the job may take before it goes to dead letters."""
     visibility_timeout_s: float
+    """How long a claim lasts before another worker may reclaim the job."""
     backoff_base_s: float
+    """The first retry's delay; each later retry waits twice as long, up to a day."""
     dead_letter_retention_s: float | None
+    """How long ``sweep_expired`` keeps a dead letter; None keeps it until purged."""
     delay_s: float
     """Ready at ``now + delay_s`` when ``run_at`` is None."""
     run_at: float | None

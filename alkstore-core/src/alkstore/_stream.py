@@ -6,12 +6,13 @@ import abc
 import asyncio
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from alkstore._codec import encode
 from alkstore._errors import InvalidName
 from alkstore._names import check_identifier, stream_wake_key
-from alkstore._options import check_int
+from alkstore._options import check_duration, check_flag, check_int
 from alkstore._receivers import Receiver, WakeReceiver, check_timeout
 from alkstore._values import StreamEvent
 
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
     from alkstore._store import Store
 
 __all__ = [
-    "MAX_READ", "EventReceiver", "Replay", "Stream", "check_limit", "follow", "offset_past_head",
+    "MAX_READ", "EventReceiver", "Replay", "Stream", "TrimRule", "check_limit", "follow",
+    "offset_past_head", "retention_rule", "trim_rule",
 ]  # fmt: skip
 
 MAX_READ = 10_000
@@ -32,19 +34,71 @@ MAX_OFFSET = 2**63 - 1
 """Offsets are 64-bit signed integers in every engine."""
 
 
+@dataclass(frozen=True, slots=True)
+class TrimRule:
+    """Which events a trim deletes: a prefix of the stream, through a *cutoff*.
+
+    The retention limits each bound what the stream keeps — no event older
+    than ``max_age_s`` (by the engine's clock), no more than the newest
+    ``keep_last`` — so an event goes when either says so: their cutoff is the
+    later of the offset before the first event young enough (with none, the
+    head) and the offset before the newest ``keep_last``. The cutoff is then
+    held to ``up_to``, to the head, and, with ``spare_consumers``, to the
+    lowest saved consumer offset. None is no limit.
+
+    The engine records the cutoff as the stream's ``trimmed_through`` (which
+    only rises; engines whose offsets have gaps record the last event taken)
+    and deletes every event at or below it; it returns how many events the
+    trim took from readers.
+    """
+
+    up_to: int | None = None
+    """Trim no further than this offset; None is no limit."""
+    max_age_s: float | None = None
+    """Keep no event older than this many seconds; None is no limit."""
+    keep_last: int | None = None
+    """Keep no more than the newest this many events; None is no limit."""
+    spare_consumers: bool = False
+    """Trim no further than the lowest saved consumer offset."""
+
+
+def trim_rule(up_to: object) -> TrimRule:
+    """``Stream.trim``'s argument, checked, as a rule."""
+    return TrimRule(up_to=check_offset(up_to))
+
+
+def retention_rule(max_age_s: object, keep_last: object, force: object) -> TrimRule:
+    """``Stream.retain``'s arguments, checked, as a rule."""
+    if max_age_s is None and keep_last is None:
+        raise ValueError("retain needs max_age_s, keep_last or both")
+    return TrimRule(
+        max_age_s=None
+        if max_age_s is None
+        else check_duration(max_age_s, "max_age_s", zero_ok=True),
+        keep_last=None
+        if keep_last is None
+        else check_int(keep_last, "keep_last", minimum=0, maximum=MAX_OFFSET),
+        spare_consumers=not check_flag(force, "force"),
+    )
+
+
 class Stream(abc.ABC):
     """A durable event log. A cheap view: get one with ``store.stream(name)``.
 
     Offsets are positive, strictly increasing and commit-ordered: a reader
     that has seen offset N never later finds a newly committed event at an
     offset <= N. Every committed event stays readable by every consumer whose
-    saved offset has not passed it. Consumer offsets only move forward and
-    are saved only when asked (``save_offset``), never automatically.
+    saved offset has not passed it, until it is trimmed (``trim``,
+    ``retain``); a read that reaches back into trimmed events raises
+    :class:`~alkstore.StreamTrimmed` rather than skip them. Offsets are never
+    reused, trimmed or not. Consumer offsets only move forward and are saved
+    only when asked (``save_offset``), never automatically.
     """
 
     def __init__(self, store: Store, name: str) -> None:
         self._store = store
         self.name = name
+        """The stream's name."""
 
     def publish(self, payload: object) -> int:
         """Append ``payload`` and commit; return its offset.
@@ -61,14 +115,55 @@ class Stream(abc.ABC):
         return self._publish(check_key(key), encode(payload))
 
     def read_since(self, offset: int, limit: int = 1000) -> list[StreamEvent]:
-        """Return committed events with offsets greater than ``offset``, ascending."""
+        """Return committed events with offsets greater than ``offset``, ascending.
+
+        Raises:
+            StreamTrimmed: events after ``offset`` were trimmed (``offset`` is
+                below the stream's ``trimmed_through``).
+        """
         self._store._check_open()
         return self._read_since(check_offset(offset), check_limit(limit))
 
     def read_from_consumer(self, consumer: str, limit: int = 1000) -> list[StreamEvent]:
-        """Return events after ``consumer``'s saved offset, ascending."""
+        """Return events after ``consumer``'s saved offset, ascending.
+
+        Raises:
+            StreamTrimmed: events after the saved offset were trimmed.
+        """
         offset = self.get_offset(consumer)
         return self._read_since(offset, check_limit(limit))
+
+    def trim(self, up_to: int) -> int:
+        """Delete the events with offsets up to ``up_to`` (at most the head); return
+        how many went.
+
+        Unconditional: consumers whose saved offset is below ``up_to`` will get
+        :class:`~alkstore.StreamTrimmed` on their next read (``retain`` spares
+        them). The head stays, so no offset is ever handed out again.
+        """
+        self._store._check_open()
+        return self._trim(trim_rule(up_to))
+
+    def retain(
+        self, *, max_age_s: float | None = None, keep_last: int | None = None, force: bool = False
+    ) -> int:
+        """Trim the events older than ``max_age_s`` and those before the newest
+        ``keep_last`` (an event goes when either limit says so); return how many went.
+
+        Never past the lowest saved consumer offset unless ``force``: a
+        consumer that falls behind keeps its events until it reads them.
+
+        Raises:
+            ValueError: neither limit given, or one is negative.
+        """
+        self._store._check_open()
+        return self._trim(retention_rule(max_age_s, keep_last, force))
+
+    def trimmed_through(self) -> int:
+        """The offset the stream is trimmed through (0 if it never was): every event
+        up to it is gone, every later one is readable."""
+        self._store._check_open()
+        return self._trimmed_through()
 
     def get_offset(self, consumer: str) -> int:
         """Return ``consumer``'s saved offset; 0 when it never saved one."""
@@ -134,6 +229,19 @@ class Stream(abc.ABC):
         """
         with self._store.begin_tx() as tx:
             return tx._save_offset_tx(self.name, consumer, offset)
+
+    # Extensions of contract 1.5: defaults refuse, naming the contract. An engine
+    # that trims also raises ``StreamTrimmed`` from ``_read_since`` for a read
+    # after an offset below ``trimmed_through``, in the same snapshot as the read.
+
+    def _trim(self, rule: TrimRule) -> int:
+        """Delete the events ``rule`` selects (see :class:`TrimRule`) in one
+        transaction; return how many went."""
+        raise not_in_engine(self, "trim")
+
+    def _trimmed_through(self) -> int:
+        """The stream's ``trimmed_through`` (0 if never trimmed)."""
+        raise not_in_engine(self, "trim")
 
 
 class Replay(Receiver[StreamEvent]):
@@ -212,6 +320,7 @@ class EventReceiver(Replay):
     ) -> None:
         super().__init__(consumer, wakes, start_offset)
         self.stream = stream
+        """The stream this receiver reads."""
 
     def recv(self, timeout: float | None = None) -> StreamEvent | None:
         """Return the next event; None when ``timeout`` passes or the receiver closes."""
@@ -273,6 +382,13 @@ def check_key(key: object) -> str:
 def check_offset(offset: object) -> int:
     """Return ``offset`` if it is an int in ``[0, 2**63 - 1]``."""
     return check_int(offset, "offset", minimum=0, maximum=MAX_OFFSET)
+
+
+def not_in_engine(stream: object, operation: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"{stream!r}: its engine does not implement {operation} (engine contract 1.5); "
+        "upgrade the engine"
+    )
 
 
 def offset_past_head(stream: str, offset: int, head: int) -> ValueError:

@@ -28,6 +28,7 @@ class DriverErrors:
 
     def __init__(self, action: str) -> None:
         self.action = action
+        """What the wrapped statements do, named in the ``Database`` error's message."""
 
     def __enter__(self) -> None:
         return None

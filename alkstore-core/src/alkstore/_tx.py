@@ -69,8 +69,11 @@ class TxState(enum.Enum):
     """Where a transaction handle is in its life."""
 
     OPEN = "open"
+    """Begun; writes may still be added."""
     COMMITTED = "committed"
+    """Committed: every write is visible."""
     ROLLED_BACK = "rolled back"
+    """Rolled back: none of its writes happened."""
     ENDED_ELSEWHERE = "ended behind its handle's back"
     """A COMMIT or ROLLBACK ran through ``tx.execute`` or ``tx.connection``."""
 
@@ -110,6 +113,7 @@ class TxHandle(abc.ABC):
     def __init__(self, store: Store) -> None:
         self._store = store
         self.state = TxState.OPEN
+        """Where the transaction stands: open, committed or rolled back."""
         self._ending = threading.Lock()  # commit, rollback and the store's close race
         self._rolled_back_by_close = False
 

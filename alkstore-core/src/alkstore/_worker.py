@@ -90,18 +90,26 @@ class Worker:
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         self.store = store
+        """The store the worker claims from."""
         self.queue: Queue | AsyncQueue = _resolve_queue(store, queue)
+        """The queue it works (an outbox's backing queue for an outbox)."""
         self.handler = handler
+        """Called with each claimed job; returning acks it, raising retries or kills it."""
         self.concurrency = check_int(concurrency, "concurrency", minimum=1, maximum=1024)
+        """How many handlers run at once."""
         self.batch_size = check_int(
             self.concurrency if batch_size is None else batch_size,
             "batch_size", minimum=self.concurrency, maximum=MAX_BATCH,
         )  # fmt: skip
+        """How many jobs the worker holds at most, claimed ahead in batches."""
         self.worker_id = check_identifier(
             default_owner() if worker_id is None else worker_id, "worker_id"
         )
+        """The identifier the worker's claims carry (``host:pid:random`` by default)."""
         self.grace_s = check_duration(grace_s, "grace_s", zero_ok=True)
+        """How long running jobs may finish at shutdown before they are released."""
         self.idle_wait_s = check_duration(idle_wait_s, "idle_wait_s", zero_ok=False)
+        """The longest idle park on the queue's wakes (wakes end a park early)."""
         self._ledger = Ledger(
             self.queue.name, self.worker_id, self.concurrency, self.batch_size,
             lease_s=float(self.queue.opts.visibility_timeout_s),

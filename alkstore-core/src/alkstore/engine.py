@@ -62,7 +62,7 @@ from alkstore._receivers import BufferedWakeReceiver, WakeReceiver
 from alkstore._scheduler import DueSchedule, DueSchedules, Fired
 from alkstore._stamp import JobStamp
 from alkstore._store import Store
-from alkstore._stream import Stream, offset_past_head
+from alkstore._stream import Stream, TrimRule, offset_past_head
 from alkstore._translate import DriverErrors
 from alkstore._tx import Params, TxHandle
 
@@ -97,6 +97,7 @@ __all__ = [
     "StoreTarget",
     "Stream",
     "TestProvider",
+    "TrimRule",
     "TxHandle",
     "WakeFanout",
     "WakeReceiver",
@@ -185,7 +186,9 @@ class StoreTarget:
     """
 
     target: str
+    """The target to give ``alkstore.open``."""
     options: Mapping[str, Any] = field(default_factory=dict)
+    """The options to give it, JSON values only."""
 
 
 class TestProvider(abc.ABC):
@@ -211,7 +214,9 @@ class TestProvider(abc.ABC):
                 f"(it knows: {known})"
             )
         self.engine = engine
+        """The engine this provider makes storage for."""
         self.options = dict(options)
+        """The ``--alkstore-option`` values given, by key."""
 
     @abc.abstractmethod
     def create_target(self) -> StoreTarget:

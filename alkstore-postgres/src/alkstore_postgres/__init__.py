@@ -3,8 +3,10 @@
 Every mechanism lives in one engine-owned schema (default ``alkstore``) of
 the application's database; any number of processes on any number of hosts
 share it. Options (keywords of ``alkstore.open`` or DSN query parameters):
-``schema``, ``pool_min_size``, ``pool_max_size``, ``connect_timeout_s`` and
-``scheduler_lease_s``.
+``schema``, ``pool_min_size``, ``pool_max_size``, ``connect_timeout_s``,
+``scheduler_lease_s``, and for a DSN that goes through PgBouncer in
+transaction mode ``pooler="transaction"`` with ``listen_dsn`` (a direct
+connection for LISTEN; see docs/pgbouncer.md).
 
 ``alkstore.open_async`` gives a native ``PostgresAsyncStore``
 (``psycopg.AsyncConnection``s, LISTEN on the event loop, no thread).
@@ -35,7 +37,7 @@ class PostgresEngine(Engine):
 
     name = "postgres"
     schemes = ("postgres", "postgresql")
-    contract_version = "1.4"
+    contract_version = "1.6"
     capabilities = CAPABILITIES
 
     def open(self, target: str, **options: Any) -> PostgresStore:

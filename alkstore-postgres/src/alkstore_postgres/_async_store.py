@@ -81,7 +81,9 @@ class PostgresAsyncStore(AsyncStore):
         self._address = address
         self._storage = storage
         """Which storage the store is in (see ``Statements.storage``), for adopt_tx."""
-        self._listener = AsyncListener(self._listener_connection, settings.schema, address)
+        # LISTEN goes to listen_dsn when given: it does not survive a transaction pooler.
+        self._listen_conninfo, listen_address = settings.listen_target(conninfo, address)
+        self._listener = AsyncListener(self._listener_connection, settings.schema, listen_address)
 
     @classmethod
     async def open(cls, conninfo: str, address: str, settings: Settings) -> PostgresAsyncStore:
@@ -119,8 +121,8 @@ class PostgresAsyncStore(AsyncStore):
         return cls(conninfo, address, settings, pool, storage)
 
     async def _listener_connection(self) -> psycopg.AsyncConnection:
-        kwargs = connect_kwargs(self._conninfo, self.settings)
-        return await psycopg.AsyncConnection.connect(self._conninfo, **kwargs)
+        kwargs = connect_kwargs(self._listen_conninfo, self.settings)
+        return await psycopg.AsyncConnection.connect(self._listen_conninfo, **kwargs)
 
     @property
     def listener_reconnects(self) -> int:
@@ -196,6 +198,8 @@ class PostgresAsyncStore(AsyncStore):
                 "pool_max_size": _COMPANION_POOL_SIZE,
                 "connect_timeout_s": self.settings.connect_timeout_s,
                 "scheduler_lease_s": self.settings.scheduler_lease_s,
+                "pooler": self.settings.pooler,
+                "listen_dsn": self.settings.listen_dsn,
             }
         )
         return PostgresStore(self._conninfo, self._address, settings)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from alkstore import StreamEvent
-from alkstore.engine import AsyncStream
+from alkstore.engine import AsyncStream, TrimRule
 from alkstore_postgres._stream import StreamPlans
 
 if TYPE_CHECKING:
@@ -34,3 +34,11 @@ class PostgresAsyncStream(AsyncStream):
 
     async def _save_offset(self, consumer: str, offset: int) -> bool:
         return await self._store.run(self._plans.save_offset(consumer, offset))
+
+    async def _trimmed_through(self) -> int:
+        return await self._store.run(self._plans.trimmed_through())
+
+    async def _trim(self, rule: TrimRule) -> int:
+        cutoff, trimmed = await self._store.run(self._plans.record_trim(rule))
+        await self._store.run(self._plans.delete_trimmed(cutoff))
+        return trimmed

@@ -12,12 +12,21 @@ __all__ = ["connect_kwargs", "has_input"]
 
 
 def connect_kwargs(conninfo: str, settings: Settings) -> dict[str, Any]:
-    """The keyword arguments of every connection the engine makes to ``conninfo``."""
+    """The keyword arguments of every connection the engine makes to ``conninfo``.
+
+    Behind a transaction pooler (``pooler="transaction"``) psycopg prepares
+    no statement: it would prepare one on whichever server connection the
+    pooler lent for that transaction, then run it by name on another
+    (PgBouncer before 1.21 passes prepared statements through unmanaged:
+    "prepared statement "_pg3_0" does not exist", or "already exists").
+    """
     kwargs: dict[str, Any] = {
         "autocommit": True,
         # libpq takes whole seconds, and 0 would mean no timeout at all
         "connect_timeout": max(1, math.ceil(settings.connect_timeout_s)),
     }
+    if settings.pooler == "transaction":
+        kwargs["prepare_threshold"] = None
     # pg_stat_activity shows "alkstore" unless the DSN names the application
     # (as a parameter, or in options=-c..., which the fallback would override).
     if "application_name" not in conninfo:

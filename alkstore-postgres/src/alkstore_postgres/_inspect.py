@@ -47,7 +47,12 @@ class PostgresInspector(Inspector):
         )  # fmt: skip
 
     def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
-        params = {"queue": stored(queue), "limit": limit}
+        return self._jobs_after(queue, state, limit, 0)
+
+    def _jobs_after(
+        self, queue: str, state: JobState | None, limit: int, after: int
+    ) -> list[JobInfo]:
+        params = {"queue": stored(queue), "limit": limit, "after": after}
         rows = self._read(f"jobs of {queue!r}", self._store.sql.list_jobs[state], params)
         return [_info(row) for row in rows]
 

@@ -3,7 +3,8 @@
 Version 1 indexed names themselves; version 2 indexes their keys (``_sql``),
 so names too long for a btree entry work; version 3 adds unique job keys,
 the stamps a requeued dead letter gets back, jobs' trace context, and a cron
-schedule's time zone. An older schema is migrated in place, rows kept, by the
+schedule's time zone; version 4 records how far each stream is trimmed
+(``Stream.trim``). An older schema is migrated in place, rows kept, by the
 first process to open it.
 """
 
@@ -61,10 +62,13 @@ _V2_TO_V3 = (
     "ALTER TABLE {s}.schedules ADD COLUMN tz text, ADD COLUMN job_key text",
 )
 
-_MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2, 2: _V2_TO_V3}
+# A constant default: PostgreSQL adds the column without rewriting the table.
+_V3_TO_V4 = ("ALTER TABLE {s}.stream_heads ADD COLUMN trimmed_through bigint NOT NULL DEFAULT 0",)
+
+_MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4}
 """Templates taking a schema from the version they are keyed by to the next one."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # One query over the catalog, no table read: every engine table's columns with
 # their types, and every engine index (relkind 'i', no columns listed).

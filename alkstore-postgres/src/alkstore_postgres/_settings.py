@@ -13,8 +13,8 @@ import dataclasses
 import os
 import re
 import sys
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 from urllib.parse import unquote
 
 import psycopg
@@ -22,7 +22,10 @@ from psycopg.conninfo import conninfo_to_dict
 
 from alkstore.engine import settings_from_options
 
-__all__ = ["Settings", "parse_target"]
+__all__ = ["POOLERS", "Settings", "parse_target"]
+
+POOLERS = ("none", "transaction")
+"""The values of the ``pooler`` option: what sits between the engine and the server."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,14 @@ class Settings:
     """How long making a connection, or waiting for a pooled one, may take."""
     scheduler_lease_s: float = 30.0
     """TTL of the scheduler leader's lock; it renews every third of it."""
+    pooler: Literal["none", "transaction"] = "none"
+    """``"transaction"`` when the DSN reaches the server through a pooler in
+    transaction mode (PgBouncer's ``pool_mode = transaction``): the engine then
+    has psycopg prepare no statement, and needs ``listen_dsn`` for its wakes."""
+    listen_dsn: str | None = field(default=None, repr=False)
+    """A connection string for the one connection that runs LISTEN (the store's
+    wakes), used instead of the DSN: a direct connection to the server when the
+    DSN goes through a transaction pooler. Never shown: it may hold a password."""
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> Settings:
@@ -52,11 +63,33 @@ class Settings:
             cls,
             "postgres",
             options,
-            {"schema": _schema_name, "pool_min_size": _count, "pool_max_size": _count},
+            {
+                "schema": _schema_name,
+                "pool_min_size": _count,
+                "pool_max_size": _count,
+                "pooler": _pooler,
+                "listen_dsn": _listen_dsn,
+            },
         )
         if settings.pool_min_size > settings.pool_max_size:
             raise ValueError("pool_min_size must not exceed pool_max_size")
+        if settings.pooler == "transaction" and settings.listen_dsn is None:
+            raise ValueError(
+                "pooler='transaction' needs listen_dsn: LISTEN does not survive a pooler in "
+                "transaction mode (a notification reaches whichever client holds the server "
+                "connection then, or nobody), so the store's wakes need a connection string "
+                "of their own, straight to the server (or through a session-mode pool), e.g. "
+                "alkstore.open(dsn, pooler='transaction', listen_dsn='postgresql://app@db:5432/app')"
+            )
         return settings
+
+    def listen_target(self, conninfo: str, address: str) -> tuple[str, str]:
+        """What the LISTEN connection connects with, and its address for messages:
+        ``listen_dsn`` when given, else the store's own ``conninfo`` and ``address``."""
+        if self.listen_dsn is None:
+            return conninfo, address
+        listen_conninfo, _, listen_address = parse_target(self.listen_dsn)
+        return listen_conninfo, listen_address
 
 
 _ENGINE_OPTIONS = frozenset(field.name for field in dataclasses.fields(Settings))
@@ -79,6 +112,36 @@ def _count(name: str, value: object) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
         raise ValueError(f"{name} must be an int from 1 to 1000, got {value!r}")
+    return value
+
+
+def _pooler(name: str, value: object) -> str:
+    if value not in POOLERS:
+        raise ValueError(
+            f"{name} must be 'none' or 'transaction' (a pooler in session mode needs no "
+            f"option), got {value!r}"
+        )
+    return str(value)
+
+
+def _listen_dsn(name: str, value: object) -> str | None:
+    """A connection string libpq accepts, holding no engine option; its text is never
+    quoted back (it may hold a password)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a connection string (str), not {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} must be a PostgreSQL connection string, not empty")
+    try:
+        _, options, _ = parse_target(value)
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    if options:
+        raise ValueError(
+            f"{name} takes no engine option ({', '.join(sorted(options))}): the LISTEN "
+            "connection uses the store's own options; give them to alkstore.open or the DSN"
+        )
     return value
 
 

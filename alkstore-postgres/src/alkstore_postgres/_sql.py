@@ -104,6 +104,7 @@ TABLES: Mapping[str, tuple[tuple[Column, ...], tuple[str, ...]]] = {
             ("stream_key", "bytea", "NOT NULL"),
             ("stream", "text", "NOT NULL"),
             ("head", "bigint", "NOT NULL"),
+            ("trimmed_through", "bigint", "NOT NULL DEFAULT 0"),
         ),
         ("stream_key",),
     ),
@@ -484,10 +485,44 @@ class Statements:
             "FROM unnest(%(offset)b::bigint[], %(key)b::text[], %(payload)b::text[]) "
             'AS t("offset", key, payload)'
         )
+        # Nothing past trimmed_through: a read that comes back empty looks at the
+        # record again (see StreamPlans.read_since), so it never misses trimmed
+        # events without knowing.
         self.read_since = render(
             'SELECT "offset", key, payload, created_at FROM {s}.events '
             'WHERE stream_key = {stream_key} AND "offset" > %(offset)s '
+            "AND %(offset)s >= COALESCE((SELECT trimmed_through FROM {s}.stream_heads "
+            "WHERE stream_key = {stream_key}), 0) "
             'ORDER BY "offset" LIMIT %(limit)s'
+        )
+        self.trimmed_through = render(
+            "SELECT COALESCE((SELECT trimmed_through FROM {s}.stream_heads "
+            "WHERE stream_key = {stream_key}), 0)"
+        )
+        # Trimming (TrimRule). Offsets of a stream are contiguous, so "the newest
+        # N" is a subtraction and a trim's count the distance it moved.
+        self.trim_bounds = render(
+            "SELECT head, trimmed_through FROM {s}.stream_heads WHERE stream_key = {stream_key}"
+        )
+        self.first_young_event = render(
+            'SELECT "offset" FROM {s}.events WHERE stream_key = {stream_key} '
+            'AND "offset" > %(old)s AND created_at >= {now} - %(age)s ORDER BY "offset" LIMIT 1'
+        )
+        self.lowest_consumer = render(
+            'SELECT MIN("offset") FROM {s}.offsets WHERE stream_key = {stream_key}'
+        )
+        self.lock_trim = render(
+            "SELECT trimmed_through FROM {s}.stream_heads WHERE stream_key = {stream_key} "
+            "FOR UPDATE"
+        )
+        self.record_trim = render(
+            "UPDATE {s}.stream_heads SET trimmed_through = %(cutoff)s "
+            "WHERE stream_key = {stream_key}"
+        )
+        self.delete_trimmed = render(
+            'DELETE FROM {s}.events WHERE stream_key = {stream_key} AND "offset" IN ('
+            'SELECT "offset" FROM {s}.events WHERE stream_key = {stream_key} '
+            'AND "offset" <= %(cutoff)s ORDER BY "offset" LIMIT %(chunk)s)'
         )
         self.stream_head = render(
             "SELECT COALESCE((SELECT head FROM {s}.stream_heads "
@@ -573,22 +608,26 @@ class Statements:
         self.queue_stats = render(_QUEUE_STATS)
         # Live and dead rows in one shape: ..., key, deadline, last_error, died_at.
         live = f"SELECT {_LISTED}, deadline, last_error, NULL::float8 AS died_at FROM {{s}}.jobs"
-        pending = f"{live} WHERE queue_key = {{queue_key}} AND deadline IS NULL"
-        claimed = f"{live} WHERE queue_key = {{queue_key}} AND deadline IS NOT NULL"
-        dead = f"SELECT {_LISTED}, NULL, last_error, died_at FROM {{s}}.dead"
-        dead += " WHERE queue_key = {queue_key}"
+        # Keyset pages: only ids above %(after)s (0 for the first page).
+        mine = "queue_key = {queue_key} AND id > %(after)s"
+        pending = f"{live} WHERE {mine} AND deadline IS NULL"
+        claimed = f"{live} WHERE {mine} AND deadline IS NOT NULL"
+        dead = f"SELECT {_LISTED}, NULL, last_error, died_at FROM {{s}}.dead WHERE {mine}"
         order = " ORDER BY id LIMIT %(limit)s"
+        # Each part stops at its first rows by id: the merge sorts at most 3 times limit rows.
+        parts = " UNION ALL ".join(f"({part}{order})" for part in (pending, claimed, dead))
         self.list_jobs: dict[str | None, str] = {
             "pending": render(pending + order),
             "processing": render(claimed + order),
             "dead": render(dead + order),
-            None: render(f"{pending} UNION ALL {claimed} UNION ALL {dead}{order}"),
+            None: render(parts + order),
         }
         # Offsets are contiguous per stream (each publish takes head + 1 under the
-        # head row's lock, and a rollback returns it), so the lag is a subtraction.
+        # head row's lock, and a rollback returns it), so the lag is a subtraction (of
+        # the events the consumer can still read: none at or below trimmed_through).
         self.stream_stats = render(
             'SELECT COALESCE(h.stream, o.stream), COALESCE(h.head, 0), o.consumer, o."offset", '
-            'GREATEST(COALESCE(h.head, 0) - o."offset", 0) '
+            'GREATEST(COALESCE(h.head, 0) - GREATEST(o."offset", h.trimmed_through), 0) '
             "FROM {s}.stream_heads AS h FULL JOIN {s}.offsets AS o "
             "ON o.stream_key = h.stream_key"
         )

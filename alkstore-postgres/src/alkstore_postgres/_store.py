@@ -74,10 +74,13 @@ class PostgresStore(Store):
         )
         with connect_errors(address):
             self.pool.open(wait=True, timeout=settings.connect_timeout_s)
-        self._listener = Listener(self._listener_connection, settings.schema, address)
+        # LISTEN goes to listen_dsn when given: it does not survive a transaction pooler.
+        self._listen_conninfo, listen_address = settings.listen_target(conninfo, address)
+        self._listener = Listener(self._listener_connection, settings.schema, listen_address)
 
     def _listener_connection(self) -> psycopg.Connection:
-        return psycopg.connect(self._conninfo, **self._connect_kwargs)
+        kwargs = connect_kwargs(self._listen_conninfo, self.settings)
+        return psycopg.connect(self._listen_conninfo, **kwargs)
 
     @property
     def listener_reconnects(self) -> int:

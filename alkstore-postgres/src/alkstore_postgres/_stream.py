@@ -6,14 +6,21 @@ to the same stream waits and takes the next offset only after the first has
 committed (or reuses it after a rollback): offsets become visible in order,
 and a reader that has seen offset N never later finds a new event at or
 below N. The price: publishers to one stream serialise on their commits.
+
+A trim records how far it goes on the head row (``trimmed_through``) in a
+short transaction, then deletes the rows in chunks, each committed on its
+own. A read returns only events after an offset the record has not passed;
+when it returns none it reads the record, so it raises ``StreamTrimmed``
+whether or not the rows it would miss are gone yet. The head row stays
+locked only while the record is written.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from alkstore import StreamEvent
-from alkstore.engine import Stream, decode, offset_past_head, stream_wake_key
+from alkstore import StreamEvent, StreamTrimmed
+from alkstore.engine import Stream, TrimRule, decode, offset_past_head, stream_wake_key
 from alkstore_postgres._names import stored, unstored, wake_params
 from alkstore_postgres._plan import Fetch, Operation, Plan, Statement
 
@@ -22,6 +29,9 @@ if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
 __all__ = ["PostgresStream", "StreamPlans", "insert_event", "raise_offset"]
+
+_TRIM_CHUNK = 10_000
+"""Rows one trimming statement deletes (each commits on its own)."""
 
 
 def insert_event(sql: Statements, stream: str, key: str | None, payload_json: str) -> Plan[int]:
@@ -69,6 +79,10 @@ class StreamPlans:
         yield Operation(f"read {self._name!r}")
         params = {"stream": stored(self._name), "offset": offset, "limit": limit}
         rows = yield Statement(self._sql.read_since, params, Fetch.ALL)
+        if not rows:  # none after offset, or offset is behind a trim: the record says
+            (trimmed_through,) = yield Statement(self._sql.trimmed_through, params, Fetch.ONE)
+            if offset < trimmed_through:
+                raise StreamTrimmed(self._name, offset, trimmed_through)
         return [
             StreamEvent(
                 offset=row[0],
@@ -79,6 +93,50 @@ class StreamPlans:
             )
             for row in rows
         ]
+
+    def trimmed_through(self) -> Plan[int]:
+        yield Operation(f"read how far {self._name!r} is trimmed")
+        row = yield Statement(self._sql.trimmed_through, {"stream": stored(self._name)}, Fetch.ONE)
+        assert row is not None
+        return int(row[0])
+
+    def record_trim(self, rule: TrimRule) -> Plan[tuple[int, int]]:
+        """Record how far ``rule`` trims; ``(cutoff, trimmed)``, trimmed 0 when it
+        takes nothing. The rows go with :meth:`delete_trimmed`."""
+        yield Operation(f"trim {self._name!r}", transaction=True)
+        params: dict[str, object] = {"stream": stored(self._name)}
+        bounds = yield Statement(self._sql.trim_bounds, params, Fetch.ONE)
+        if bounds is None:
+            return 0, 0  # never published to
+        head, old = bounds
+        cutoff = head if rule.up_to is None else min(head, rule.up_to)
+        retention = []  # each limit's cutoff: an event goes when either says so
+        if rule.keep_last is not None:
+            retention.append(head - rule.keep_last)
+        if rule.max_age_s is not None:
+            young = yield Statement(
+                self._sql.first_young_event, {**params, "old": old, "age": rule.max_age_s},
+                Fetch.ONE,
+            )  # fmt: skip
+            retention.append(head if young is None else young[0] - 1)
+        if retention:
+            cutoff = min(cutoff, max(retention))
+        (old,) = yield Statement(self._sql.lock_trim, params, Fetch.ONE)
+        if rule.spare_consumers:
+            (lowest,) = yield Statement(self._sql.lowest_consumer, params, Fetch.ONE)
+            if lowest is not None:
+                cutoff = min(cutoff, lowest)
+        if cutoff <= old:
+            return old, 0
+        yield Statement(self._sql.record_trim, {**params, "cutoff": cutoff})
+        return cutoff, cutoff - old
+
+    def delete_trimmed(self, cutoff: int) -> Plan[None]:
+        """Delete the rows of a recorded trim through ``cutoff``, a chunk per commit."""
+        yield Operation(f"delete trimmed events of {self._name!r}")
+        params = {"stream": stored(self._name), "cutoff": cutoff, "chunk": _TRIM_CHUNK}
+        while (yield Statement(self._sql.delete_trimmed, params, Fetch.ROWCOUNT)) == _TRIM_CHUNK:
+            pass
 
     def get_offset(self, consumer: str) -> Plan[int]:
         yield Operation(f"read offset of {consumer!r}")
@@ -111,3 +169,11 @@ class PostgresStream(Stream):
 
     def _save_offset(self, consumer: str, offset: int) -> bool:
         return self._store.run(self._plans.save_offset(consumer, offset))
+
+    def _trimmed_through(self) -> int:
+        return self._store.run(self._plans.trimmed_through())
+
+    def _trim(self, rule: TrimRule) -> int:
+        cutoff, trimmed = self._store.run(self._plans.record_trim(rule))
+        self._store.run(self._plans.delete_trimmed(cutoff))
+        return trimmed

@@ -4,10 +4,15 @@
 store. ``throwaway_cluster()`` starts a private PostgreSQL server from the
 machine's binaries for as long as its ``with`` block runs (a
 ``ThrowawayServer``: its DSN, and ``stop()``/``start()`` for outage tests).
+``pgbouncer(dsn)`` starts the machine's PgBouncer in transaction-pooling mode
+in front of a server for its block (a ``PgBouncer``: its ``dsn``).
 
 The server is ``--alkstore-option dsn=...``, else ``ALKSTORE_PG_DSN``, else a
 throwaway cluster the provider makes with the machine's PostgreSQL binaries.
-No server is a failure with the reason, never a silent skip.
+No server is a failure with the reason, never a silent skip. With
+``--alkstore-option pooler=pgbouncer`` the suite's stores reach that server
+through a PgBouncer in transaction mode the provider starts, opened with
+``pooler="transaction"`` and a direct ``listen_dsn``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from psycopg import sql
 
 from alkstore.engine import AsyncStore, AsyncTxHandle, Store, StoreTarget, TestProvider, TxHandle
 from alkstore_postgres._names import channel_identifier, stored
+from alkstore_postgres._pgbouncer import PgBouncer, find_pgbouncer, pgbouncer
 from alkstore_postgres._sql import render, render_bound
 from alkstore_postgres._store import PostgresStore
 from alkstore_postgres._throwaway import ThrowawayServer, throwaway_cluster
@@ -33,7 +39,10 @@ from alkstore_postgres._tx import PostgresTx
 if TYPE_CHECKING:
     from alkstore.engine import Engine
 
-__all__ = ["PostgresTestProvider", "ThrowawayServer", "throwaway_cluster"]
+__all__ = [
+    "PgBouncer", "PostgresTestProvider", "ThrowawayServer", "find_pgbouncer", "pgbouncer",
+    "throwaway_cluster",
+]  # fmt: skip
 
 _BUSINESS_TABLE = "CREATE SCHEMA {s}; CREATE TABLE {s}.business (key text NOT NULL)"
 """Made with the target, before any transaction: DDL inside the business write
@@ -45,7 +54,13 @@ class PostgresTestProvider(TestProvider):
 
     speaks_sql = True
 
-    option_help: ClassVar[Mapping[str, str]] = {"dsn": "the PostgreSQL server to test against"}
+    option_help: ClassVar[Mapping[str, str]] = {
+        "dsn": "the PostgreSQL server to test against",
+        "pooler": (
+            "pgbouncer: reach the server through a PgBouncer in transaction-pooling mode "
+            "the provider starts (the machine's pgbouncer binary), wakes on a direct listen_dsn"
+        ),
+    }
     scheduler_lease_s = 0.6
 
     def __init__(self, engine: Engine, options: Mapping[str, str]) -> None:
@@ -54,9 +69,25 @@ class PostgresTestProvider(TestProvider):
         self._throwaway = False
         dsn = options.get("dsn") or os.environ.get("ALKSTORE_PG_DSN")
         self.dsn = dsn if dsn else self._start_server()
+        """The server itself: the listen_dsn of pooled targets, and the admin's way in."""
         self._other_dsn: str | None = None
         with psycopg.connect(self.dsn, autocommit=True) as connection:
             self._version = connection.info.server_version
+        self.bouncer = self._start_pooler(options.get("pooler", ""))
+        """The PgBouncer the targets go through, or None (``pooler=pgbouncer``)."""
+
+    def _start_pooler(self, pooler: str) -> PgBouncer | None:
+        if not pooler:
+            return None
+        if pooler != "pgbouncer":
+            raise ValueError(
+                f"--alkstore-option pooler={pooler}: the one pooler known is pgbouncer"
+            )
+        try:
+            return self._resources.enter_context(pgbouncer(self.dsn))
+        except (RuntimeError, OSError, subprocess.SubprocessError) as exc:
+            self._resources.close()
+            raise ValueError(f"--alkstore-option pooler=pgbouncer: {exc}") from exc
 
     def _start_server(self) -> str:
         try:
@@ -71,11 +102,25 @@ class PostgresTestProvider(TestProvider):
 
     def create_target(self) -> StoreTarget:
         schema = f"alkstore_test_{uuid.uuid4().hex[:16]}"
-        target = StoreTarget(
+        target = self._target(
             self.dsn, {"schema": schema, "scheduler_lease_s": self.scheduler_lease_s}
         )
         self._sql(target, _BUSINESS_TABLE)
         return target
+
+    def _target(self, server_dsn: str, options: dict[str, Any]) -> StoreTarget:
+        """A target on ``server_dsn``'s database, through the pooler if there is one
+        (its wakes then on ``server_dsn`` itself)."""
+        if self.bouncer is None:
+            return StoreTarget(server_dsn, options)
+        pooled = psycopg.conninfo.make_conninfo(
+            server_dsn, host="127.0.0.1", port=str(self.bouncer.port)
+        )
+        return StoreTarget(pooled, {**options, "pooler": "transaction", "listen_dsn": server_dsn})
+
+    def _driver_kwargs(self) -> dict[str, Any]:
+        # Behind PgBouncer 1.18 an application turns psycopg's prepared statements off too.
+        return {} if self.bouncer is None else {"prepare_threshold": None}
 
     def drop_target(self, target: StoreTarget) -> None:
         self._sql(target, "DROP SCHEMA IF EXISTS {s} CASCADE")
@@ -83,17 +128,18 @@ class PostgresTestProvider(TestProvider):
     def driver_connection(self, target: StoreTarget) -> psycopg.Connection:
         """A ``psycopg.Connection`` to the target's database, as an application opens one
         (not in autocommit: psycopg begins a transaction with its first statement)."""
-        return psycopg.connect(target.target)
+        return psycopg.connect(target.target, **self._driver_kwargs())
 
     async def async_driver_connection(self, target: StoreTarget) -> psycopg.AsyncConnection[Any]:
         """:meth:`driver_connection` for the suite's async mode: a ``psycopg.AsyncConnection``."""
-        return await psycopg.AsyncConnection.connect(target.target)
+        return await psycopg.AsyncConnection.connect(target.target, **self._driver_kwargs())
 
     def other_storage_target(self, target: StoreTarget) -> StoreTarget:
         """The same schema in another database of the server: the likeliest mix-up, as
         every database's default alkstore schema is ``alkstore``. (Another schema in
         the same database is no other storage: a connection reaches both.)"""
-        return StoreTarget(self._other_database(), dict(target.options))
+        options = {k: v for k, v in target.options.items() if k not in ("pooler", "listen_dsn")}
+        return self._target(self._other_database(), options)
 
     def _other_database(self) -> str:
         """The DSN of a database made once per session for :meth:`other_storage_target`
@@ -195,7 +241,12 @@ class PostgresTestProvider(TestProvider):
     def describe(self) -> str:
         major, minor = divmod(self._version, 10_000)
         where = "a throwaway cluster" if self._throwaway else "the given server"
-        return f"PostgreSQL {major}.{minor} ({where})"
+        through = (
+            ""
+            if self.bouncer is None
+            else f", through {self.bouncer.version} in transaction mode on port {self.bouncer.port}"
+        )
+        return f"PostgreSQL {major}.{minor} ({where}){through}"
 
     def close(self) -> None:
         self._resources.close()

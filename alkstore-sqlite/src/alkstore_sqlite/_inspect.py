@@ -67,7 +67,12 @@ class SQLiteInspector(Inspector):
         return sorted(found, key=lambda stats: stats.name)
 
     def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
-        params = {"queue": queue, "limit": limit}
+        return self._jobs_after(queue, state, limit, 0)
+
+    def _jobs_after(
+        self, queue: str, state: JobState | None, limit: int, after: int
+    ) -> list[JobInfo]:
+        params = {"queue": queue, "limit": limit, "after": after}
         rows = self._read(f"jobs of {queue!r}", _sql.LIST_JOBS[state], params)
         return [_info(row) for row in rows]
 

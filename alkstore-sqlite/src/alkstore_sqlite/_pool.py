@@ -7,12 +7,19 @@ copies pages and flushes the disk). Only a thread in :meth:`ConnectionPool.promp
 mode gets it, one thread at a time: the async API's fast path, on the event
 loop's thread (see ``_prompt``). The WAL its writes grow is restarted by a
 pooled connection, when asked (:meth:`ConnectionPool.want_checkpoint`).
+
+A pool also asks for that checkpoint itself when the WAL file has grown past
+``_WAL_RESTART_BYTES``: SQLite's own passive checkpoints copy pages but never
+restart a WAL that some reader is always using, and with workers claiming,
+consumers reading and the watcher looking, one always is. Left alone the WAL
+then grows as long as the load lasts (checkpoint starvation).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 
@@ -30,6 +37,13 @@ _MAX_IDLE = 8
 _CHECKPOINT_WAIT_MS = 200
 """How long an asked-for checkpoint waits for writers and readers to step
 aside; meanwhile it holds back new writers, so it must stay short."""
+
+_WAL_RESTART_BYTES = 16 * 1024 * 1024
+"""A WAL file past this size asks for a checkpoint that restarts it."""
+_WAL_KEPT_BYTES = 4 * 1024 * 1024
+"""What a restarted WAL file is cut back to (``journal_size_limit``)."""
+_WAL_LOOK_EVERY = 64
+"""Connections given back between two looks at the WAL file's size."""
 
 
 def connect(path: str, settings: Settings) -> sqlite3.Connection:
@@ -50,6 +64,7 @@ def connect(path: str, settings: Settings) -> sqlite3.Connection:
             synchronous = "FULL" if settings.durability == "full" else "NORMAL"
             connection.execute(f"PRAGMA synchronous = {synchronous}")
             connection.execute("PRAGMA foreign_keys = OFF")
+            connection.execute(f"PRAGMA journal_size_limit = {_WAL_KEPT_BYTES}")
         except BaseException:
             connection.close()
             raise
@@ -109,6 +124,8 @@ class ConnectionPool:
         self._checkpointing = False
         self._checkpoint_gate = threading.Condition(threading.Lock())
         self._checkpointer: sqlite3.Connection | None = None
+        self._wal = f"{path}-wal"
+        self._given_back = 0
 
     def acquire(self) -> sqlite3.Connection:
         """Take a connection for the calling thread's exclusive use (the prompt
@@ -175,6 +192,9 @@ class ConnectionPool:
 
     def release(self, connection: sqlite3.Connection) -> None:
         """Give a connection back; one left inside a transaction is rolled back first."""
+        self._given_back += 1  # racy under threads: it only spaces the looks out
+        if self._given_back % _WAL_LOOK_EVERY == 0 and self._wal_outgrown():
+            self.want_checkpoint()
         if connection is self._prompt:
             self._give_prompt_back(connection)
             return
@@ -189,6 +209,12 @@ class ConnectionPool:
                 self._idle.append(connection)
                 return
         connection.close()
+
+    def _wal_outgrown(self) -> bool:
+        try:
+            return os.stat(self._wal).st_size > _WAL_RESTART_BYTES
+        except OSError:  # no WAL yet (or not a file): nothing to restart
+            return False
 
     def connection(self) -> _Lease:
         """A connection for the duration of the block."""

@@ -120,11 +120,19 @@ ALTER TABLE __alkstore_schedules ADD COLUMN tz TEXT;
 ALTER TABLE __alkstore_schedules ADD COLUMN job_key TEXT;
 """
 
+# Stream retention: how far each trimmed stream was trimmed (Stream.trim).
+_V3 = """
+CREATE TABLE __alkstore_stream_trims (
+    stream TEXT PRIMARY KEY,
+    trimmed_through INTEGER NOT NULL
+) WITHOUT ROWID;
+"""
+
 _META = (
     "CREATE TABLE IF NOT EXISTS __alkstore_meta "
     "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
 )
-_MIGRATIONS = (_V1, _V2)
+_MIGRATIONS = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 # Every engine table with its columns, one row per column (pragma_table_info

@@ -177,7 +177,49 @@ WHERE stream = ? AND id > ? ORDER BY id LIMIT ?
 
 GET_OFFSET = 'SELECT "offset" FROM __alkstore_offsets WHERE stream = ? AND consumer = ?'
 
-STREAM_HEAD = "SELECT COALESCE(MAX(id), 0) FROM __alkstore_events WHERE stream = ?"
+# A trimmed stream keeps its head: the trim records how far it went.
+STREAM_HEAD = """
+SELECT MAX(
+    COALESCE((SELECT MAX(id) FROM __alkstore_events WHERE stream = :stream), 0),
+    COALESCE((SELECT trimmed_through FROM __alkstore_stream_trims WHERE stream = :stream), 0))
+"""
+
+TRIMMED_THROUGH = "SELECT trimmed_through FROM __alkstore_stream_trims WHERE stream = ?"
+
+# Trimming (TrimRule): each limit's cutoff, then the record, then the rows in chunks.
+# Event ids are rowids shared by all streams, so "the newest N" is counted, not subtracted.
+CUTOFF_KEEP_LAST = """
+SELECT id FROM __alkstore_events WHERE stream = ? ORDER BY id DESC LIMIT 1 OFFSET ?
+"""
+FIRST_YOUNG_EVENT = """
+SELECT id FROM __alkstore_events WHERE stream = ? AND id > ? AND created_at >= ?
+ORDER BY id LIMIT 1
+"""
+# A trim records the last id it took of its stream, not the cutoff: ids between
+# two events of a stream belong to others, and a consumer at the last trimmed
+# event has read everything it lost.
+LAST_EVENT_THROUGH = "SELECT MAX(id) FROM __alkstore_events WHERE stream = ? AND id <= ?"
+LOWEST_CONSUMER = 'SELECT MIN("offset") FROM __alkstore_offsets WHERE stream = ?'
+COUNT_TRIMMED = "SELECT COUNT(*) FROM __alkstore_events WHERE stream = ? AND id > ? AND id <= ?"
+RECORD_TRIM = """
+INSERT INTO __alkstore_stream_trims (stream, trimmed_through) VALUES (?, ?)
+ON CONFLICT (stream) DO UPDATE SET trimmed_through = excluded.trimmed_through
+WHERE excluded.trimmed_through > __alkstore_stream_trims.trimmed_through
+"""
+# The table's newest row is never deleted: SQLite hands out MAX(rowid) + 1, so
+# deleting it would let the next event (of any stream) reuse its id, under
+# readers and the watcher that have seen it. It stays, emptied, behind its
+# stream's trimmed_through (where no read reaches) until a newer row exists.
+DELETE_TRIMMED = """
+DELETE FROM __alkstore_events WHERE id IN (
+    SELECT id FROM __alkstore_events WHERE stream = ? AND id <= ?
+    AND id < (SELECT MAX(id) FROM __alkstore_events) ORDER BY id LIMIT ?)
+"""
+EMPTY_TRIMMED_NEWEST = """
+UPDATE __alkstore_events SET key = NULL, payload = 'null'
+WHERE id = (SELECT MAX(id) FROM __alkstore_events) AND stream = ? AND id <= ?
+AND payload != 'null'
+"""
 
 SAVE_OFFSET = """
 INSERT INTO __alkstore_offsets (stream, consumer, "offset") VALUES (?, ?, ?)
@@ -321,41 +363,63 @@ FROM priorities WHERE p IS NOT NULL
 """
 
 # Live and dead rows in one shape: JOB_COLUMNS (key last), then died_at (NULL unless dead).
-_LIVE_JOBS = f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs WHERE queue = :queue"
+# Keyset pages: only ids above :after (0 for the first page), read along the primary key.
+_LIVE_JOBS = (
+    f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs"
+    " WHERE queue = :queue AND id > :after"
+)
 _DEAD_JOBS = """
 SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
     worker_id, NULL, last_error, key, died_at
-FROM __alkstore_dead WHERE queue = :queue
+FROM __alkstore_dead WHERE queue = :queue AND id > :after
 """
 _PENDING_JOBS = f"{_LIVE_JOBS} AND deadline IS NULL"
 _CLAIMED_JOBS = f"{_LIVE_JOBS} AND deadline IS NOT NULL"
+_FIRST = " ORDER BY id LIMIT :limit"
 LIST_JOBS = {
-    "pending": f"{_PENDING_JOBS} ORDER BY id LIMIT :limit",
-    "processing": f"{_CLAIMED_JOBS} ORDER BY id LIMIT :limit",
-    "dead": f"{_DEAD_JOBS} ORDER BY id LIMIT :limit",
-    # Three indexed parts (the live-row indexes are partial), not one scan.
+    "pending": _PENDING_JOBS + _FIRST,
+    "processing": _CLAIMED_JOBS + _FIRST,
+    "dead": _DEAD_JOBS + _FIRST,
+    # Three indexed parts (the live-row indexes are partial), not one scan; each stops
+    # at its first :limit rows by id, so the merge sorts at most 3 times :limit rows, not
+    # every row of the queue.
     None: f"""
-SELECT * FROM ({_PENDING_JOBS} UNION ALL {_CLAIMED_JOBS} UNION ALL {_DEAD_JOBS})
+SELECT * FROM (
+    SELECT * FROM ({_PENDING_JOBS}{_FIRST})
+    UNION ALL SELECT * FROM ({_CLAIMED_JOBS}{_FIRST})
+    UNION ALL SELECT * FROM ({_DEAD_JOBS}{_FIRST})
+)
 ORDER BY id LIMIT :limit
 """,
 }
 
-# Rows of two kinds: (stream, head, NULL, NULL, NULL) for each stream with events, and
-# (stream, NULL, consumer, offset, lag) for each saved offset. The distinct streams are
-# found by skipping through the (stream, id) index, one probe per stream, never a scan
-# of every event. Offsets are rowids shared by all streams, so the lag is a count.
+# Rows of two kinds: (stream, head, NULL, NULL, NULL) for each stream with events or a
+# trim, and (stream, NULL, consumer, offset, lag) for each saved offset. The distinct
+# streams are found by skipping through the (stream, id) index, one probe per stream,
+# never a scan of every event. Offsets are rowids shared by all streams, so the lag is
+# a count (of the events the consumer can still read).
 STREAM_STATS = """
 WITH RECURSIVE streams(name) AS (
     SELECT MIN(stream) FROM __alkstore_events
     UNION ALL
     SELECT (SELECT MIN(stream) FROM __alkstore_events WHERE stream > name)
     FROM streams WHERE name IS NOT NULL
+),
+named(name) AS (
+    SELECT name FROM streams WHERE name IS NOT NULL
+    UNION SELECT stream FROM __alkstore_stream_trims
 )
-SELECT name, (SELECT MAX(id) FROM __alkstore_events WHERE stream = name), NULL, NULL, NULL
-FROM streams WHERE name IS NOT NULL
+SELECT name,
+    MAX(COALESCE((SELECT MAX(id) FROM __alkstore_events WHERE stream = name), 0),
+        COALESCE((SELECT trimmed_through FROM __alkstore_stream_trims WHERE stream = name), 0)),
+    NULL, NULL, NULL
+FROM named
 UNION ALL
 SELECT stream, NULL, consumer, "offset",
-    (SELECT COUNT(*) FROM __alkstore_events AS e WHERE e.stream = o.stream AND e.id > o."offset")
+    (SELECT COUNT(*) FROM __alkstore_events AS e WHERE e.stream = o.stream AND e.id > MAX(
+        o."offset",
+        COALESCE((SELECT trimmed_through FROM __alkstore_stream_trims AS t
+                  WHERE t.stream = o.stream), 0)))
 FROM __alkstore_offsets AS o
 """
 

@@ -2,6 +2,11 @@
 
 SQLite has one writer at a time, so rowids are handed out in commit order:
 a reader that has seen offset N never later finds a new event at or below N.
+
+A trim first records how far it goes (``__alkstore_stream_trims``), then
+deletes the rows in chunks, each its own short write transaction: a read
+checks the record after reading, so it raises ``StreamTrimmed`` whether or not
+the rows it missed are gone yet, and writers wait for one chunk at most.
 """
 
 from __future__ import annotations
@@ -10,8 +15,8 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING
 
-from alkstore import StreamEvent
-from alkstore.engine import Stream, decode, offset_past_head
+from alkstore import StreamEvent, StreamTrimmed
+from alkstore.engine import Stream, TrimRule, decode, offset_past_head
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
 
@@ -19,6 +24,9 @@ if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
 
 __all__ = ["SQLiteStream", "insert_event", "raise_offset"]
+
+_TRIM_CHUNK = 5_000
+"""Rows one trimming transaction deletes."""
 
 
 def insert_event(
@@ -37,7 +45,7 @@ def raise_offset(connection: sqlite3.Connection, stream: str, consumer: str, off
     Raises:
         ValueError: ``offset`` is past the stream's head as ``connection`` sees it.
     """
-    head: int = connection.execute(_sql.STREAM_HEAD, (stream,)).fetchone()[0]
+    head: int = connection.execute(_sql.STREAM_HEAD, {"stream": stream}).fetchone()[0]
     if offset > head:
         raise offset_past_head(stream, offset, head)
     return connection.execute(_sql.SAVE_OFFSET, (stream, consumer, offset)).rowcount == 1
@@ -57,6 +65,10 @@ class SQLiteStream(Stream):
     def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
         with translate(f"read {self.name!r}"), self._store.connection() as connection:
             rows = connection.execute(_sql.READ_SINCE, (self.name, offset, limit)).fetchall()
+            # After the read: a trim that took what the read missed is recorded by now.
+            trimmed_through = _trimmed_through(connection, self.name)
+        if offset < trimmed_through:
+            raise StreamTrimmed(self.name, offset, trimmed_through)
         return [
             StreamEvent(offset=row[0], stream=self.name, key=row[1], payload=decode(row[2]),
                         created_at=row[3])
@@ -71,3 +83,69 @@ class SQLiteStream(Stream):
     def _save_offset(self, consumer: str, offset: int) -> bool:
         with translate(f"save offset of {consumer!r}"), self._store.connection() as connection:
             return raise_offset(connection, self.name, consumer, offset)
+
+    def _trimmed_through(self) -> int:
+        with translate(f"read how far {self.name!r} is trimmed"), self._store.connection() as c:
+            return _trimmed_through(c, self.name)
+
+    def _trim(self, rule: TrimRule) -> int:
+        with translate(f"trim {self.name!r}"):
+            with self._store.in_transaction() as connection:
+                old = _trimmed_through(connection, self.name)
+                cutoff = _cutoff(connection, self.name, rule, old)
+                trimmed = connection.execute(
+                    _sql.COUNT_TRIMMED, (self.name, old, cutoff)
+                ).fetchone()[0]
+                if trimmed:
+                    connection.execute(_sql.RECORD_TRIM, (self.name, cutoff))
+            # Also what a trim cut short (a crash between chunks) left behind.
+            self._delete_through(cutoff)
+        return int(trimmed)
+
+    def _delete_through(self, cutoff: int) -> None:
+        """Delete the rows a recorded trim took, a chunk per write transaction."""
+        while True:
+            with self._store.in_transaction() as connection:
+                deleted = connection.execute(
+                    _sql.DELETE_TRIMMED, (self.name, cutoff, _TRIM_CHUNK)
+                ).rowcount
+                if deleted < _TRIM_CHUNK:
+                    connection.execute(_sql.EMPTY_TRIMMED_NEWEST, (self.name, cutoff))
+                    return
+
+
+def _retention_cutoff(
+    connection: sqlite3.Connection, stream: str, rule: TrimRule, old: int, head: int
+) -> int:
+    """The retention limits' cutoff: the later of each limit's (see ``TrimRule``)."""
+    cutoffs = []
+    if rule.keep_last is not None:
+        row = connection.execute(_sql.CUTOFF_KEEP_LAST, (stream, rule.keep_last)).fetchone()
+        cutoffs.append(old if row is None else row[0])
+    if rule.max_age_s is not None:
+        young = (stream, old, time.time() - rule.max_age_s)
+        row = connection.execute(_sql.FIRST_YOUNG_EVENT, young).fetchone()
+        cutoffs.append(head if row is None else row[0] - 1)
+    return max(cutoffs)
+
+
+def _trimmed_through(connection: sqlite3.Connection, stream: str) -> int:
+    row = connection.execute(_sql.TRIMMED_THROUGH, (stream,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _cutoff(connection: sqlite3.Connection, stream: str, rule: TrimRule, old: int) -> int:
+    """The last event ``rule`` trims (see ``TrimRule``); ``old`` or less: none."""
+    cutoff: int = connection.execute(_sql.STREAM_HEAD, {"stream": stream}).fetchone()[0]
+    if rule.up_to is not None:
+        cutoff = min(cutoff, rule.up_to)
+    if rule.keep_last is not None or rule.max_age_s is not None:
+        cutoff = min(cutoff, _retention_cutoff(connection, stream, rule, old, cutoff))
+    if rule.spare_consumers:
+        (lowest,) = connection.execute(_sql.LOWEST_CONSUMER, (stream,)).fetchone()
+        if lowest is not None:
+            cutoff = min(cutoff, lowest)
+    if cutoff <= old:
+        return old
+    last: int | None = connection.execute(_sql.LAST_EVENT_THROUGH, (stream, cutoff)).fetchone()[0]
+    return old if last is None else max(old, last)

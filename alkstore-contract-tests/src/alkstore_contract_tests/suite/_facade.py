@@ -373,6 +373,19 @@ class StreamFacade(Facade):
     def save_offset(self, consumer: str, offset: int) -> bool:
         return self._loop.run(lambda: self._inner.save_offset(consumer, offset))
 
+    def trim(self, up_to: int) -> int:
+        return self._loop.run(lambda: self._inner.trim(up_to))
+
+    def retain(
+        self, *, max_age_s: float | None = None, keep_last: int | None = None, force: bool = False
+    ) -> int:
+        return self._loop.run(
+            lambda: self._inner.retain(max_age_s=max_age_s, keep_last=keep_last, force=force)
+        )
+
+    def trimmed_through(self) -> int:
+        return self._loop.run(self._inner.trimmed_through)
+
     def subscribe(self, consumer: str) -> EventReceiverFacade:
         receiver = self._loop.run(lambda: self._inner.subscribe(consumer))
         return EventReceiverFacade(receiver, self._loop)
@@ -540,8 +553,15 @@ class InspectorFacade(Facade):
     def queues(self) -> list[QueueStats]:
         return self._loop.run(self._inner.queues)
 
-    def jobs(self, queue: str, state: JobState | None = None, *, limit: int = 100) -> list[JobInfo]:
-        return self._loop.run(lambda: self._inner.jobs(queue, state, limit=limit))
+    def jobs(
+        self,
+        queue: str,
+        state: JobState | None = None,
+        *,
+        limit: int = 100,
+        after: int | None = None,
+    ) -> list[JobInfo]:
+        return self._loop.run(lambda: self._inner.jobs(queue, state, limit=limit, after=after))
 
     def streams(self) -> list[StreamStats]:
         return self._loop.run(self._inner.streams)

@@ -199,6 +199,35 @@ def test_inspect_jobs_returns_the_first_ids_up_to_the_limit_across_states(
     assert inspector.jobs("unknown") == []
 
 
+def test_inspect_jobs_pages_by_id_after_the_last_one_seen_across_states(
+    store: alkstore.Store,
+) -> None:
+    # Contract 1.6: keyset pages. Dead, claimed and pending rows interleave by id.
+    queue = store.queue("q")
+    ids = [queue.enqueue(n) for n in range(7)]
+    store.queue("other").enqueue("another queue's job")
+    assert claim(queue).fail("x")  # ids[0]
+    claim(queue)  # ids[1]
+    inspector = store.inspect()
+    pages, after = [], None
+    while page := inspector.jobs("q", limit=3, after=after):
+        pages.append([job.id for job in page])
+        after = page[-1].id
+    assert pages == [ids[0:3], ids[3:6], ids[6:7]]
+    assert [job.id for job in inspector.jobs("q", "pending", limit=2, after=ids[3])] == ids[4:6]
+    assert [job.id for job in inspector.jobs("q", "dead", after=ids[0])] == []
+    assert [job.id for job in inspector.jobs("q", "processing", after=0)] == [ids[1]]
+    assert inspector.jobs("q", after=ids[-1]) == []
+    assert inspector.jobs("q", after=None) == inspector.jobs("q")
+
+
+def test_inspect_jobs_refuses_a_bad_after(store: alkstore.Store) -> None:
+    inspector = store.inspect()
+    for bad in (-1, 2**63, 1.5, "3", True):
+        with pytest.raises((TypeError, ValueError), match="after"):
+            inspector.jobs("q", after=bad)  # type: ignore[arg-type]
+
+
 def test_inspect_jobs_refuses_a_bad_state_or_limit(store: alkstore.Store) -> None:
     inspector = store.inspect()
     with pytest.raises(ValueError, match="state"):

@@ -208,7 +208,7 @@ def test_a_leader_that_cannot_renew_raises_leadership_lost(
     assert isinstance(errors[0], alkstore.LeadershipLost)
 
 
-# Cron schedules in time zones (an extension beyond the seeds' v1: every engine
+# Cron schedules in time zones (engine contract 1.4, docs/cron.md: every engine
 # keeps it). Boundaries are computed by core; the engine stores spec and zone
 # and gives them back, so these tests check what comes back and what fires.
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import NoReturn
 
-from alkstore._cli import _acting, _inspecting, _long_running, _metrics, _operating
+from alkstore._cli import _acting, _inspecting, _long_running, _metrics, _operating, _web
 from alkstore._cli._common import (
     DEFAULT_DSN,
     EXIT_ERROR,
@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_common_options(parser, dsn=None, flag=False)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_core_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in (_inspecting, _acting, _operating, _long_running, _metrics):
+    for module in (_inspecting, _acting, _operating, _long_running, _metrics, _web):
         module.register(commands, common)
     return parser
 

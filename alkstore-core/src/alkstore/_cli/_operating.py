@@ -1,7 +1,7 @@
-"""An operator's commands on jobs: requeue-dead, purge-dead and cancel.
+"""An operator's commands: requeue-dead, purge-dead and cancel on jobs, trim on streams.
 
-Whatever acts on every dead job of a queue asks first when a person is at a
-terminal (``--yes`` answers for them); from a script it just acts.
+Whatever deletes or moves in bulk asks first when a person is at a terminal
+(``--yes`` answers for them); from a script it just acts.
 """
 
 from __future__ import annotations
@@ -51,6 +51,20 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
     cancel.add_argument("queue")
     cancel.add_argument("id", type=_job_id)
 
+    trim = command(commands, common, "trim", "delete a stream's old events")(_trim)
+    trim.add_argument("stream")
+    trim.add_argument(
+        "--up-to", type=_offset, metavar="OFFSET", help="every event up to this offset"
+    )
+    trim.add_argument("--max-age", type=float, metavar="SECONDS", help="events older than this")
+    trim.add_argument("--keep-last", type=_offset, metavar="N", help="all but the newest N events")
+    trim.add_argument(
+        "--force",
+        action="store_true",
+        help="with --max-age/--keep-last: also events a consumer has not read",
+    )
+    _add_yes(trim)
+
 
 def _add_yes(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--yes", "-y", action="store_true", help="do not ask at a terminal")
@@ -60,6 +74,13 @@ def _job_id(text: str) -> int:
     """argparse type: a job id."""
     if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"not a job id (a positive whole number): {text!r}")
+    return int(text)
+
+
+def _offset(text: str) -> int:
+    """argparse type: an offset or a count (a whole number, zero or more)."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
     return int(text)
 
 
@@ -102,6 +123,45 @@ def _cancel(arguments: argparse.Namespace) -> int:
     elif not cancelled:
         print(f"no job {arguments.id} in {arguments.queue!r}")
     return EXIT_OK if cancelled else EXIT_NOTHING
+
+
+def _trim(arguments: argparse.Namespace) -> int:
+    retains = arguments.max_age is not None or arguments.keep_last is not None
+    if (arguments.up_to is not None) == retains:
+        raise UsageError("give --up-to, or --max-age and/or --keep-last (not both)")
+    if arguments.force and not retains:
+        raise UsageError("--force goes with --max-age/--keep-last: --up-to spares no consumer")
+    with opened_store(arguments) as store:
+        stream = store.stream(arguments.stream)
+        _confirm(arguments, f"Delete {_trim_scope(arguments)} of stream {stream.name!r}")
+        if retains:
+            trimmed = stream.retain(
+                max_age_s=arguments.max_age, keep_last=arguments.keep_last, force=arguments.force
+            )
+        else:
+            trimmed = stream.trim(arguments.up_to)
+        through = stream.trimmed_through()
+    if arguments.json:
+        print_json({"trimmed": trimmed, "trimmed_through": through})
+    else:
+        print(
+            f"trimmed {trimmed} event{'s' if trimmed != 1 else ''} of {stream.name!r}; "
+            f"it is trimmed through offset {through}"
+        )
+    return EXIT_OK if trimmed else EXIT_NOTHING
+
+
+def _trim_scope(arguments: argparse.Namespace) -> str:
+    """Which events a trim command deletes, for its question."""
+    if arguments.up_to is not None:
+        return f"every event up to offset {arguments.up_to}"
+    limits = []
+    if arguments.max_age is not None:
+        limits.append(f"older than {arguments.max_age:g} s")
+    if arguments.keep_last is not None:
+        limits.append(f"before the newest {arguments.keep_last}")
+    spared = "" if arguments.force else " that every consumer has read"
+    return f"the events {' or '.join(limits)}{spared}"
 
 
 def _dead_count(store: Store, queue: str) -> str:

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -34,6 +34,7 @@ from alkstore import (
     ScheduleOpts,
     StreamEvent,
     StreamStats,
+    StreamTrimmed,
 )
 from alkstore.engine import (
     EXPIRED,
@@ -56,6 +57,7 @@ from alkstore.engine import (
     StoreTarget,
     Stream,
     TestProvider,
+    TrimRule,
     TxHandle,
     WakeFanout,
     WakeReceiver,
@@ -111,11 +113,18 @@ class Database:
         self.dead: dict[int, Row] = {}
         self.events: list[tuple[int, str, str | None, str, float]] = []
         self.offsets: dict[tuple[str, str], int] = {}
+        self.trimmed: dict[str, int] = {}
+        """Each trimmed stream's ``trimmed_through`` (contract 1.5)."""
         self.locks: dict[str, tuple[str, float]] = {}
         self.schedules: dict[str, dict[str, Any]] = {}
         self.business: set[str] = set()
         self.wakes = WakeFanout(coalesce=True)
         """Every store on this database subscribes here; commits deliver here."""
+
+    def head(self, stream: str, pending: Iterable[tuple[int, str, Any, Any, Any]] = ()) -> int:
+        """The stream's head: its newest event, or how far it is trimmed (never lower)."""
+        newest = max((o for o, s, *_ in [*self.events, *pending] if s == stream), default=0)
+        return max(newest, self.trimmed.get(stream, 0))
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -285,9 +294,7 @@ class MemoryTx(TxHandle):
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
         self._check_still_open()
         pending = self._connection
-        head = max(
-            (o for o, s, *_ in [*self.db.events, *pending.published] if s == stream), default=0
-        )
+        head = self.db.head(stream, pending.published)
         if offset > head:
             raise offset_past_head(stream, offset, head)
         key = (stream, consumer)
@@ -523,7 +530,44 @@ class MemoryStream(Stream):
     def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
         with self._store.db.state:
             rows = [e for e in self._store.db.events if e[1] == self.name and e[0] > offset]
+            trimmed_through = self._store.db.trimmed.get(self.name, 0)
+        if offset < trimmed_through:
+            raise StreamTrimmed(self.name, offset, trimmed_through)
         return [StreamEvent(o, s, k, decode(p), t) for o, s, k, p, t in rows[:limit]]
+
+    def _trimmed_through(self) -> int:
+        with self._store.db.state:
+            return self._store.db.trimmed.get(self.name, 0)
+
+    def _trim(self, rule: TrimRule) -> int:
+        db = self._store.db
+        with db.writing():
+            old = db.trimmed.get(self.name, 0)
+            mine = [e for e in db.events if e[1] == self.name and e[0] > old]
+            cutoff = min(limit for limit in self._limits(rule, mine) if limit is not None)
+            taken = [e for e in mine if e[0] <= cutoff]
+            if not taken:
+                return 0
+            db.trimmed[self.name] = taken[-1][0]
+            gone = {e[0] for e in taken}
+            db.events[:] = [e for e in db.events if e[0] not in gone]
+            return len(taken)
+
+    def _limits(
+        self, rule: TrimRule, mine: list[tuple[int, str, str | None, str, float]]
+    ) -> list[int | None]:
+        """The last offset each limit of ``rule`` lets go (see ``TrimRule``)."""
+        head = mine[-1][0] if mine else 0
+        retention: list[int] = []  # an event goes when either of these says so
+        if rule.keep_last is not None:
+            retention.append(mine[-rule.keep_last - 1][0] if len(mine) > rule.keep_last else 0)
+        if rule.max_age_s is not None:
+            born_after = time.time() - rule.max_age_s
+            young = [offset for offset, *_, created in mine if created >= born_after]
+            retention.append(young[0] - 1 if young else head)
+        consumers = [o for (s, _), o in self._store.db.offsets.items() if s == self.name]
+        lowest = min(consumers) if rule.spare_consumers and consumers else None
+        return [head, rule.up_to, max(retention) if retention else None, lowest]
 
     def _get_offset(self, consumer: str) -> int:
         with self._store.db.state:
@@ -583,8 +627,13 @@ class MemoryInspector(Inspector):
         ]  # fmt: skip
 
     def _jobs(self, queue: str, state: JobState | None, limit: int) -> list[JobInfo]:
+        return self._jobs_after(queue, state, limit, 0)
+
+    def _jobs_after(
+        self, queue: str, state: JobState | None, limit: int, after: int
+    ) -> list[JobInfo]:
         with self.db.state:
-            infos = [job_info(row) for row in self._rows() if row.queue == queue]
+            infos = [job_info(row) for row in self._rows() if row.queue == queue and row.id > after]
         matching = [info for info in infos if state is None or info.state == state]
         return sorted(matching, key=lambda info: info.id)[:limit]
 
@@ -592,11 +641,17 @@ class MemoryInspector(Inspector):
         with self.db.state:
             events = [(stream, offset) for offset, stream, *_ in self.db.events]
             offsets = sorted(self.db.offsets.items())
-        names = {stream for stream, _ in events} | {stream for (stream, _), _ in offsets}
+            trimmed = dict(self.db.trimmed)
+        names = (
+            {stream for stream, _ in events} | {stream for (stream, _), _ in offsets} | set(trimmed)
+        )
         return [
             StreamStats(
                 name=name,
-                head=max((offset for stream, offset in events if stream == name), default=0),
+                head=max(
+                    max((offset for stream, offset in events if stream == name), default=0),
+                    trimmed.get(name, 0),
+                ),
                 consumers=tuple(
                     ConsumerStats(
                         consumer, saved, sum(1 for s, o in events if s == name and o > saved)
@@ -772,7 +827,7 @@ class MemoryEngine(Engine):
 
     name = "memory"
     schemes = ("memory",)
-    contract_version = "1.4"
+    contract_version = "1.6"
     capabilities = CAPABILITIES
     store_class: ClassVar[type[MemoryStore]] = MemoryStore
 

@@ -10,7 +10,7 @@ import contextlib
 import time
 from typing import ClassVar, TypeVar
 
-from alkstore import RESERVED_PREFIX, Schedule, ScheduleOpts, Wake
+from alkstore import RESERVED_PREFIX, Schedule, ScheduleOpts, StreamEvent, Wake
 from alkstore.engine import (
     BufferedWakeReceiver,
     DueSchedule,
@@ -21,6 +21,7 @@ from alkstore.engine import (
     PlacedSchedule,
     WakeFanout,
     WakeReceiver,
+    decode,
 )
 from alkstore_example_memory import (
     MemoryEngine,
@@ -43,6 +44,7 @@ __all__ = [
     "OffsetsBackEngine",
     "OneChannelPerCommitEngine",
     "ShortSightedKeysEngine",
+    "SilentTrimEngine",
     "SilentWakeDeathEngine",
     "UpsertMovesScheduleEngine",
 ]
@@ -86,6 +88,15 @@ class _OffsetTxMovesBack(MemoryTx):
             lambda: self.db.offsets.__setitem__((stream, consumer), offset)
         )
         return True
+
+
+class _ReadsSkipTrimmedEvents(MemoryStream):
+    """Reads whatever is left after a trim, as if nothing had been there."""
+
+    def _read_since(self, offset: int, limit: int) -> list[StreamEvent]:
+        with self._store.db.state:
+            rows = [e for e in self._store.db.events if e[1] == self.name and e[0] > offset]
+        return [StreamEvent(o, s, k, decode(p), t) for o, s, k, p, t in rows[:limit]]
 
 
 class _LocksNeverExpire(MemoryStore):
@@ -307,6 +318,16 @@ class ShortSightedKeysEngine(MemoryEngine):
     schemes = ("memory-short-sighted-keys",)
     store_class: ClassVar[type[MemoryStore]] = type(
         "ShortSightedKeysStore", (MemoryStore,), {"tx_class": _KeysSeenOnlyInTheirTransaction}
+    )
+
+
+class SilentTrimEngine(MemoryEngine):
+    """Lets a read after a trim skip the trimmed events without a word."""
+
+    name = "memory-silent-trim"
+    schemes = ("memory-silent-trim",)
+    store_class: ClassVar[type[MemoryStore]] = type(
+        "SilentTrimStore", (MemoryStore,), {"stream_class": _ReadsSkipTrimmedEvents}
     )
 
 

@@ -1,0 +1,89 @@
+"""The dashboard's only way into the store: the public API, sync or async.
+
+A sync :class:`~alkstore.Store` is called on Starlette's thread pool, so a
+slow read never blocks the event loop; an :class:`~alkstore.AsyncStore` is
+awaited directly.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, cast
+
+from starlette.concurrency import run_in_threadpool
+
+from alkstore import (
+    AsyncStore,
+    JobInfo,
+    JobState,
+    LockInfo,
+    QueueStats,
+    Schedule,
+    Store,
+    StreamStats,
+)
+from alkstore._discovery import redact
+from alkstore._names import OUTBOX_QUEUE_PREFIX
+
+__all__ = ["Source"]
+
+
+class Source:
+    """Reads and operator actions of one store, each awaited."""
+
+    def __init__(self, store: Store | AsyncStore) -> None:
+        if not isinstance(store, (Store, AsyncStore)):
+            raise TypeError(f"store must be an alkstore Store or AsyncStore, not {store!r}")
+        self._store = store
+        self.target = redact(str(store.location))
+        """Where the store is, its password hidden: safe to show."""
+        self.engine = type(store).__name__
+
+    async def _do(self, action: Callable[[Any], Any]) -> Any:
+        if isinstance(self._store, AsyncStore):
+            result = action(self._store)
+            return await result if inspect.isawaitable(result) else result
+        return await run_in_threadpool(action, self._store)
+
+    async def queues(self) -> list[QueueStats]:
+        return cast("list[QueueStats]", await self._do(lambda s: s.inspect().queues()))
+
+    async def streams(self) -> list[StreamStats]:
+        return cast("list[StreamStats]", await self._do(lambda s: s.inspect().streams()))
+
+    async def locks(self) -> list[LockInfo]:
+        return cast("list[LockInfo]", await self._do(lambda s: s.inspect().locks()))
+
+    async def schedules(self) -> list[Schedule]:
+        return cast("list[Schedule]", await self._do(lambda s: s.inspect().schedules()))
+
+    async def jobs(
+        self, queue: str, state: JobState | None, limit: int, after: int | None
+    ) -> list[JobInfo]:
+        return cast(
+            "list[JobInfo]",
+            await self._do(lambda s: s.inspect().jobs(queue, state, limit=limit, after=after)),
+        )
+
+    async def get_job(self, queue: str, job_id: int) -> JobInfo | None:
+        return cast("JobInfo | None", await self._do(lambda s: _queue(s, queue).get_job(job_id)))
+
+    async def requeue_dead(self, queue: str, job_ids: list[int] | None) -> int:
+        return cast("int", await self._do(lambda s: _queue(s, queue).requeue_dead(job_ids)))
+
+    async def cancel(self, queue: str, job_id: int) -> bool:
+        return cast("bool", await self._do(lambda s: _queue(s, queue).cancel(job_id)))
+
+    async def purge_dead(self, queue: str) -> int:
+        return cast("int", await self._do(lambda s: _queue(s, queue).purge_dead()))
+
+    def __repr__(self) -> str:
+        return f"<Source {self.engine} {self.target!r}>"
+
+
+def _queue(store: Any, name: str) -> Any:
+    """The queue ``name``, an outbox's backing queue (reserved name) included."""
+    if name.startswith(OUTBOX_QUEUE_PREFIX):
+        return store.outbox(name[len(OUTBOX_QUEUE_PREFIX) :])._queue
+    return store.queue(name)
