@@ -95,7 +95,7 @@ FROM generate_series(1, %(dead)s) AS i
 """
 
 
-def _fill_sqlite(path: str, jobs: int) -> None:
+def fill_sqlite(path: str, jobs: int) -> None:
     with alkstore.open(path) as store:
         _small_things(store)
     connection = sqlite3.connect(path, isolation_level=None)
@@ -111,7 +111,7 @@ def _fill_sqlite(path: str, jobs: int) -> None:
         connection.close()
 
 
-def _fill_postgres(dsn: str, jobs: int) -> None:
+def fill_postgres(dsn: str, jobs: int) -> None:
     with alkstore.open(dsn) as store:
         _small_things(store)
     with psycopg.connect(dsn, autocommit=True) as connection:
@@ -152,7 +152,7 @@ def _command(dsn: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _statements_run(engine: str) -> Iterator[list[tuple[str, Any]]]:
+def statements_run(engine: str) -> Iterator[list[tuple[str, Any]]]:
     """Every read statement the driver runs meanwhile, with its parameters."""
     caught: list[tuple[str, Any]] = []
     if engine == "sqlite":
@@ -186,7 +186,7 @@ def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
         setattr(owner, name, original)
 
 
-def _reads(caught: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+def reads(caught: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """The SELECTs among what was caught (no BEGIN, SET, COMMIT), each once."""
     seen: dict[str, Any] = {}
     for text, params in caught:
@@ -197,7 +197,7 @@ def _reads(caught: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 def _plans(engine: str, dsn: str) -> dict[str, list[str]]:
     """The inspector's reads, run once to catch them, then each one's plan."""
-    with _statements_run(engine) as caught, alkstore.open(dsn) as store:
+    with statements_run(engine) as caught, alkstore.open(dsn) as store:
         inspector = store.inspect()
         marks = {}
         for name, read in (
@@ -211,15 +211,15 @@ def _plans(engine: str, dsn: str) -> dict[str, list[str]]:
     order = ["queues", "streams", "schedules", "end"]
     plans: dict[str, list[str]] = {}
     for name, after in itertools.pairwise(order):
-        for number, (text, params) in enumerate(_reads(caught[marks[name] : marks[after]])):
+        for number, (text, params) in enumerate(reads(caught[marks[name] : marks[after]])):
             key = f"{name} {number + 1}"
             plans[key] = (
-                _plan_sqlite(dsn, text) if engine == "sqlite" else _plan_postgres(dsn, text, params)
+                plan_sqlite(dsn, text) if engine == "sqlite" else plan_postgres(dsn, text, params)
             )
     return plans
 
 
-def _plan_sqlite(path: str, text: str) -> list[str]:
+def plan_sqlite(path: str, text: str) -> list[str]:
     connection = sqlite3.connect(path)
     try:
         return [row[3] for row in connection.execute(f"EXPLAIN QUERY PLAN {text}")]
@@ -227,7 +227,7 @@ def _plan_sqlite(path: str, text: str) -> list[str]:
         connection.close()
 
 
-def _plan_postgres(dsn: str, text: str, params: Any) -> list[str]:
+def plan_postgres(dsn: str, text: str, params: Any) -> list[str]:
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute("SET enable_seqscan = off")  # as the inspector's queue read does
         connection.execute("SET jit = off")
@@ -239,7 +239,7 @@ _SQLITE_TABLES = ("__alkstore_jobs", "__alkstore_dead", "__alkstore_events")
 _PG_TABLES = ("jobs", "dead", "events")
 
 
-def _full_scans(plans: dict[str, list[str]]) -> list[str]:
+def full_scans(plans: dict[str, list[str]]) -> list[str]:
     """The plan lines reading a whole big table (jobs, dead letters, events) rather than
     an index of it: SQLite's ``SCAN t`` without an index, PostgreSQL's ``Seq Scan on t``."""
     found = []
@@ -256,7 +256,7 @@ def _full_scans(plans: dict[str, list[str]]) -> list[str]:
 
 
 @contextlib.contextmanager
-def _store(engine: str) -> Iterator[str]:
+def fresh_store(engine: str) -> Iterator[str]:
     if engine == "sqlite":
         with tempfile.TemporaryDirectory() as folder:
             yield str(Path(folder) / "metrics.db")
@@ -266,9 +266,9 @@ def _store(engine: str) -> Iterator[str]:
 
 
 def measure(engine: str, jobs: int) -> dict[str, Any]:
-    with _store(engine) as dsn:
+    with fresh_store(engine) as dsn:
         started = time.perf_counter()
-        (_fill_sqlite if engine == "sqlite" else _fill_postgres)(dsn, jobs)
+        (fill_sqlite if engine == "sqlite" else fill_postgres)(dsn, jobs)
         filled_s = time.perf_counter() - started
         with alkstore.open(dsn) as store:
             (big,) = [q for q in store.inspect().queues() if q.name == "big"]
@@ -300,7 +300,7 @@ def measure(engine: str, jobs: int) -> dict[str, Any]:
         "command_s": round(command_s, 3),
         "command_runs_s": [round(t, 3) for t in commands],
         "plans": plans,
-        "full_scans": _full_scans(plans),
+        "full_scans": full_scans(plans),
     }
 
 
