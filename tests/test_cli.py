@@ -928,6 +928,64 @@ def test_requeue_all_and_purge_ask_first_at_a_terminal(dsn: str) -> None:
     assert (code, _states(dsn, "r", more)) == (0, [None])
 
 
+# Trimming streams
+
+
+def _published(dsn: str, stream: str, count: int) -> list[int]:
+    with alkstore.open(dsn) as store:
+        return [store.stream(stream).publish({"n": n}) for n in range(count)]
+
+
+def test_trim_up_to_an_offset_or_by_retention(dsn: str) -> None:
+    offsets = _published(dsn, "orders", 6)
+    said = ok("trim", "orders", "--up-to", str(offsets[1]), "--dsn", dsn)
+    assert said == f"trimmed 2 events of 'orders'; it is trimmed through offset {offsets[1]}\n"
+    with alkstore.open(dsn) as store:
+        store.stream("orders").save_offset("billing", offsets[2])
+    spared = ok_json("trim", "orders", "--keep-last", "1", "--dsn", dsn)
+    assert spared == {"trimmed": 1, "trimmed_through": offsets[2]}, "billing read only that far"
+    forced = ok_json("trim", "orders", "--keep-last", "1", "--force", "--dsn", dsn)
+    assert forced == {"trimmed": 2, "trimmed_through": offsets[4]}
+    nothing = run("trim", "orders", "--max-age", "3600", "--json", "--dsn", dsn)
+    assert (nothing.returncode, json.loads(nothing.stdout)["trimmed"]) == (3, 0)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        (("trim", "orders"), "give --up-to, or --max-age and/or --keep-last"),
+        (("trim", "orders", "--up-to", "3", "--keep-last", "1"), "(not both)"),
+        (("trim", "orders", "--up-to", "3", "--force"), "--force goes with"),
+        (("trim", "orders", "--up-to", "-3"), "not a whole number"),
+        (("trim", "orders", "--keep-last", "x"), "not a whole number"),
+        (("trim", "orders", "--max-age", "nan"), "max_age_s must be finite"),
+        (("trim", "orders", "--up-to", str(2**63)), "offset must be in"),
+    ],
+)  # fmt: skip
+def test_bad_trim_commands_are_one_line_and_exit_2(
+    dsn: str, arguments: tuple[str, ...], says: str
+) -> None:
+    _published(dsn, "orders", 1)
+    result = run(*arguments, "--dsn", dsn)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert says in result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_trim_asks_first_at_a_terminal(dsn: str) -> None:
+    offsets = _published(dsn, "orders", 2)
+    arguments = ["trim", "orders", "--keep-last", "0", "--dsn", dsn]
+    code, shown = _at_a_terminal(arguments, b"n\n")
+    assert code == 1
+    assert "Delete the events before the newest 0 that every consumer has read" in shown
+    with alkstore.open(dsn) as store:
+        assert store.stream("orders").trimmed_through() == 0
+    code, _ = _at_a_terminal([*arguments, "--yes"], None)
+    with alkstore.open(dsn) as store:
+        assert (code, store.stream("orders").trimmed_through()) == (0, offsets[-1])
+
+
 def test_schedule_takes_a_key_and_refuses_an_empty_one(dsn: str) -> None:
     ok("schedule", "tick", "@every 1h", "ticks", '"t"', "--key", "tick", "--dsn", dsn)
     result = run("schedule", "tock", "@every 1h", "ticks", '"t"', "--key", "", "--dsn", dsn)
