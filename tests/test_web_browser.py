@@ -170,7 +170,8 @@ def test_an_operator_watches_a_queue_requeues_a_dead_job_and_a_worker_handles_it
             cli(dsn, "enqueue", "work", '{"order": 1044}')
             expect(row.locator("td.ready")).to_have_text("2")
             assert page.evaluate("window.stillTheSamePage") is True  # updated live, no reload
-            expect(row.locator("svg.spark polyline")).to_have_count(1)  # two samples or more
+            # Two samples or more: reads a second apart, the next one on a wake or the period.
+            expect(row.locator("svg.spark polyline")).to_have_count(1, timeout=STEP_TIMEOUT_MS)
             screenshot(page, "overview", tmp_path, dsn)
 
             row.locator("td.dead a").click()

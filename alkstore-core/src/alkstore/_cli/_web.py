@@ -61,7 +61,10 @@ def _web(arguments: argparse.Namespace) -> int:
             file=sys.stderr,
             flush=True,
         )
-        uvicorn.run(app, host=arguments.host, port=arguments.port, log_level="warning")
+        uvicorn.run(
+            app, host=arguments.host, port=arguments.port, log_level="warning",
+            timeout_graceful_shutdown=2,  # live viewers hold a stream open
+        )  # fmt: skip
     return EXIT_OK
 
 

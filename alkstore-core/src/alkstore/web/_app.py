@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import json
 import logging
 import secrets
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -25,6 +24,7 @@ from alkstore import AsyncStore, Store
 from alkstore._errors import Error
 from alkstore.web import _params
 from alkstore.web._backlog import Backlog
+from alkstore.web._overview import Overview, OverviewRead
 from alkstore.web._params import BadRequest
 from alkstore.web._security import AUTH_COOKIE, SESSION_COOKIE, Guard, SecurityHeaders
 from alkstore.web._source import Source
@@ -40,6 +40,9 @@ _ACTIONS = {
     "cancel": "Cancel (delete) job {id} of {queue}",
     "purge": "Purge (delete) every dead job of {queue}",
 }
+_HEARTBEAT_S = 10.0
+_STREAM_LIFETIME_S = 60.0
+_RECONNECT_MS = 2000
 _Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -58,6 +61,7 @@ def alkstore_web_app(
     routes = [
         Route("/", dashboard.page(dashboard.overview)),
         Route("/live", dashboard.page(dashboard.live)),
+        Route("/events", dashboard.page(dashboard.events)),
         Route("/jobs", dashboard.page(dashboard.jobs)),
         Route("/job", dashboard.page(dashboard.job)),
         Route("/confirm", dashboard.page(dashboard.confirm)),
@@ -79,6 +83,7 @@ class _Dashboard:
         self.guard = guard
         self.allow_actions = allow_actions
         self.backlog = Backlog()
+        self.reads = Overview(source, self.backlog)
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(_HERE / "templates"),
             autoescape=True,
@@ -90,7 +95,13 @@ class _Dashboard:
 
     def render(self, request: Request, name: str, status: int = 200, **values: Any) -> Response:
         session = request.cookies.get(SESSION_COOKIE) or secrets.token_urlsafe(18)
-        html = self.templates.get_template(name).render(
+        response = HTMLResponse(self.html(request, name, session, **values), status)
+        if SESSION_COOKIE not in request.cookies:
+            _cookie(response, request, SESSION_COOKIE, session)
+        return response
+
+    def html(self, request: Request, name: str, session: str, **values: Any) -> str:
+        return self.templates.get_template(name).render(
             base=_base(request),
             target=self.source.target,
             engine=self.source.engine,
@@ -98,10 +109,6 @@ class _Dashboard:
             csrf=self.guard.csrf_token(session),
             **values,
         )
-        response = HTMLResponse(html, status)
-        if SESSION_COOKIE not in request.cookies:
-            _cookie(response, request, SESSION_COOKIE, session)
-        return response
 
     def page(self, handler: _Handler) -> _Handler:
         """``handler`` behind the login, its bad input a 400 page, its store errors a 503."""
@@ -138,29 +145,50 @@ class _Dashboard:
 
     # Pages
 
-    async def _overview_values(self) -> dict[str, Any]:
-        # The four reads at once (threads for a sync store): the page waits for the
-        # slowest, not for their sum.
-        queues, streams, locks, schedules = await asyncio.gather(
-            self.source.queues(), self.source.streams(),
-            self.source.locks(), self.source.schedules(),
-        )  # fmt: skip
-        self.backlog.record(queues)
+    def _overview_values(self, read: OverviewRead) -> dict[str, Any]:
         return {
-            "queues": queues, "streams": streams, "locks": locks, "schedules": schedules,
+            "queues": read.queues, "streams": read.streams, "locks": read.locks,
+            "schedules": read.schedules, "read": read, "failure": self.reads.failure,
+            "shared": read.took_s >= self.reads.budget_s, "period_s": self.reads.period_s,
             "backlog": self.backlog, "now": time.time(),
         }  # fmt: skip
 
     async def overview(self, request: Request) -> Response:
-        return self.render(request, "overview.html", **await self._overview_values())
+        values = self._overview_values(await self.reads.current())
+        return self.render(request, "overview.html", **values)
 
     async def live(self, request: Request) -> Response:
-        return self.render(request, "_overview_body.html", **await self._overview_values())
+        values = self._overview_values(await self.reads.current())
+        return self.render(request, "_overview_body.html", **values)
+
+    async def events(self, request: Request) -> Response:
+        """The overview's tables as server-sent events, one per read, until the
+        client leaves or ``_STREAM_LIFETIME_S`` passes (the browser reconnects)."""
+        session = request.cookies.get(SESSION_COOKIE) or ""
+
+        async def stream() -> AsyncIterator[str]:
+            yield f"retry: {_RECONNECT_MS}\n\n"
+            number, ends = 0, time.monotonic() + _STREAM_LIFETIME_S
+            while time.monotonic() < ends:
+                read = await self.reads.next_after(number, _HEARTBEAT_S)
+                if read is None:
+                    yield ": still here\n\n"  # a comment: keeps proxies from timing out
+                    continue
+                number = read.number
+                html = self.html(request, "_overview_body.html", session,
+                                 **self._overview_values(read))  # fmt: skip
+                yield _event("overview", html)
+
+        return StreamingResponse(
+            stream(), media_type="text/event-stream",
+            headers={"X-Accel-Buffering": "no"},  # nginx: pass each event on at once
+        )  # fmt: skip
 
     async def jobs(self, request: Request) -> Response:
         params = request.query_params
         if not params.get("queue"):
-            return self.render(request, "queues.html", queues=await self.source.queues())
+            queues = (await self.reads.current()).queues
+            return self.render(request, "queues.html", queues=queues)
         queue = _params.queue_name(params)
         state = _params.state(params)
         limit = _params.page_size(params)
@@ -255,6 +283,12 @@ async def _form(request: Request) -> dict[str, str]:
     except UnicodeDecodeError:
         raise BadRequest("the form is not UTF-8") from None
     return dict(pairs)
+
+
+def _event(name: str, data: str) -> str:
+    """One server-sent event; each line of ``data`` its own ``data:`` field."""
+    lines = "".join(f"data: {line}\n" for line in data.splitlines() or [""])
+    return f"event: {name}\n{lines}\n"
 
 
 def _base(request: Request) -> str:

@@ -22,6 +22,7 @@ from alkstore import (
     Schedule,
     Store,
     StreamStats,
+    WakeReceiver,
 )
 from alkstore._discovery import redact
 from alkstore._names import OUTBOX_QUEUE_PREFIX
@@ -57,6 +58,12 @@ class Source:
 
     async def schedules(self) -> list[Schedule]:
         return cast("list[Schedule]", await self._do(lambda s: s.inspect().schedules()))
+
+    async def watch(self, key: str) -> WakeReceiver:
+        """A receiver of the wakes under ``key`` (``queue_wake_key`` and the like)."""
+        if isinstance(self._store, AsyncStore):
+            return await self._store._watch(key)
+        return await run_in_threadpool(self._store._watch, key)
 
     async def jobs(
         self, queue: str, state: JobState | None, limit: int, after: int | None
