@@ -15,6 +15,7 @@ screenshot is taken; with ``$ALKSTORE_WEB_SCREENSHOTS`` set to a folder
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -35,6 +36,7 @@ from alkstore import EnqueueOpts, QueueOpts
 
 START_TIMEOUT_S = 30.0
 STEP_TIMEOUT_MS = 15_000
+TOKEN = "tok-3fa9-operators-only"
 CHROMIUM = os.environ.get("ALKSTORE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 HANDLER = """
 import os
@@ -94,19 +96,17 @@ class Process:
                 self.popen.wait()
 
 
-@pytest.fixture
-def server(dsn: str, tmp_path: Path) -> Iterator[str]:
-    """``alkstore web --allow-actions`` on a free port; its base URL."""
+@contextlib.contextmanager
+def web(dsn: str, log: Path, *options: str) -> Iterator[str]:
+    """``alkstore web`` with ``options`` on a free port until it answers; its base URL."""
     port = free_port()
-    process = Process(
-        ["web", "--dsn", dsn, "--port", str(port), "--allow-actions"], tmp_path / "web.log"
-    )
+    process = Process(["web", "--dsn", dsn, "--port", str(port), *options], log)
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + START_TIMEOUT_S
     try:
         while True:
             try:
-                with urllib.request.urlopen(f"{base}/", timeout=5) as response:
+                with urllib.request.urlopen(f"{base}/static/style.css", timeout=5) as response:
                     assert response.status == 200
                     break
             except (urllib.error.URLError, ConnectionError):
@@ -117,6 +117,13 @@ def server(dsn: str, tmp_path: Path) -> Iterator[str]:
     finally:
         process.stop()
     assert "Traceback" not in process.output(), process.output()
+
+
+@pytest.fixture
+def server(dsn: str, tmp_path: Path) -> Iterator[str]:
+    """``alkstore web --allow-actions`` on a free port; its base URL."""
+    with web(dsn, tmp_path / "web.log", "--allow-actions") as base:
+        yield base
 
 
 def cli(dsn: str, *arguments: str) -> None:
@@ -174,6 +181,12 @@ def test_an_operator_watches_a_queue_requeues_a_dead_job_and_a_worker_handles_it
             expect(row.locator("svg.spark polyline")).to_have_count(1, timeout=STEP_TIMEOUT_MS)
             screenshot(page, "overview", tmp_path, dsn)
 
+            page.locator("nav a", has_text="Jobs").click()
+            expect(page.locator("ul.queues li")).to_have_count(2)  # mail and work
+            expect(page.locator("ul.queues li", has_text="work")).to_contain_text("1 dead")
+            screenshot(page, "queues", tmp_path, dsn)
+            page.go_back()
+
             row.locator("td.dead a").click()
             expect(page.locator("h1")).to_have_text("Jobs of work")
             expect(page.locator("#jobs tbody tr")).to_have_count(1)
@@ -211,3 +224,33 @@ def test_an_operator_watches_a_queue_requeues_a_dead_job_and_a_worker_handles_it
         finally:
             context.close()
             lock.release()
+
+
+def test_with_a_token_an_operator_logs_in_before_seeing_anything(
+    browser: Browser, dsn: str, tmp_path: Path
+) -> None:
+    with alkstore.open(dsn) as store:
+        store.queue("secret-queue").enqueue("p")
+    with web(dsn, tmp_path / "web.log", "--token", TOKEN) as base:
+        context = browser.new_context(viewport={"width": 900, "height": 500})
+        page = context.new_page()
+        page.set_default_timeout(STEP_TIMEOUT_MS)
+        try:
+            response = page.goto(f"{base}/")
+            assert response is not None
+            assert response.status == 401
+            expect(page.locator("main.login")).to_be_visible()
+            assert "secret-queue" not in page.content()
+            screenshot(page, "login", tmp_path, dsn)
+
+            page.locator('input[name="token"]').fill("not-the-token")
+            page.locator('button[type="submit"]').click()
+            expect(page.locator("p.detail")).to_have_text("That is not the token.")
+
+            page.locator('input[name="token"]').fill(TOKEN)
+            page.locator('button[type="submit"]').click()
+            expect(page.locator('tr[data-queue="secret-queue"] td.ready')).to_have_text("1")
+            cookies = context.cookies()
+            assert all(TOKEN not in cookie["value"] for cookie in cookies)
+        finally:
+            context.close()
