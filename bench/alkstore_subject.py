@@ -13,6 +13,7 @@ import multiprocessing.connection
 import time
 from typing import Any
 
+import metrics_scale
 from _harness import (
     Sizes,
     peer_process,
@@ -47,6 +48,9 @@ from alkstore_async import (
 import alkstore
 
 __all__ = ["Alkstore", "AlkstoreSync"]
+
+BULK_FILL = 100_000
+"""A backlog at least this big is written by the database, not through the API."""
 
 
 class Alkstore(AsyncRows):
@@ -94,12 +98,13 @@ class Alkstore(AsyncRows):
                 job = queue.claim_one("w")
                 return job is not None and job.ack()
 
-            return backlog_rounds(
-                backlog,
-                sizes.claims_per_backlog,
-                lambda count: _alk_enqueue_many(store, count, per_tx=1_000),
-                claim_and_ack,
-            )
+            def top_up(count: int) -> None:
+                if count >= BULK_FILL:  # untimed: the database writes a big backlog itself
+                    metrics_scale.fill_ready(self.engine, url, QUEUE, count)
+                else:
+                    _alk_enqueue_many(store, count, per_tx=1_000)
+
+            return backlog_rounds(backlog, sizes.claims_per_backlog, top_up, claim_and_ack)
 
     def _notify_wake(self, sizes: Sizes) -> list[float]:
         with self._place() as url, alkstore.open(url) as store:

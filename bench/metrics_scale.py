@@ -72,6 +72,19 @@ SELECT 10000000 + i, 'big', '{"n": ' || i || '}', 0, :now - 900, :now - 900, NUL
     'bench-worker', 'RuntimeError: bench', :now - i
 FROM n
 """
+_SQLITE_READY = """
+WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :jobs)
+INSERT INTO __alkstore_jobs (queue, payload, priority, run_at, created_at, attempts,
+    max_attempts, visibility_timeout_s, backoff_base_s)
+SELECT :queue, '{"n":' || i || '}', 0, :now - 1, :now - 1, 0, 3, 300, 5 FROM n
+"""
+_PG_READY = """
+INSERT INTO alkstore.jobs (queue_key, queue, payload, priority, run_at, created_at, attempts,
+    max_attempts, visibility_timeout_s, backoff_base_s)
+SELECT sha256(convert_to(%(queue)s, 'UTF8')), %(queue)s, '{"n":' || i || '}', 0,
+    %(now)s - 1, %(now)s - 1, 0, 3, 300, 5
+FROM generate_series(1, %(jobs)s) AS i
+"""
 _PG_FILL = """
 INSERT INTO {s}.jobs (queue_key, queue, payload, priority, run_at, created_at, expires_at,
     attempts, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, worker_id,
@@ -121,6 +134,27 @@ def fill_postgres(dsn: str, jobs: int) -> None:
             dead = jobs // 100
             connection.execute(_PG_DEAD.replace("{s}", "alkstore"), {"dead": dead, "now": now})
         connection.execute("VACUUM ANALYZE")
+
+
+def fill_ready(engine: str, target: str, queue: str, jobs: int) -> None:
+    """``jobs`` ready jobs in ``queue`` of a store already made, written by the database
+    in one statement (as the API would store them with the default QueueOpts), then
+    analyzed, as autovacuum or ``PRAGMA optimize`` would have by then."""
+    now = time.time()
+    if engine == "sqlite":
+        lite = sqlite3.connect(target, isolation_level=None)
+        try:
+            lite.execute("BEGIN")
+            lite.execute(_SQLITE_READY, {"jobs": jobs, "now": now, "queue": queue})
+            lite.execute("COMMIT")
+            lite.execute("ANALYZE")
+            lite.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            lite.close()
+        return
+    with psycopg.connect(target, autocommit=True) as connection:
+        connection.execute(_PG_READY, {"jobs": jobs, "now": now, "queue": queue})
+        connection.execute("VACUUM ANALYZE alkstore.jobs")
 
 
 def _small_things(store: alkstore.Store) -> None:

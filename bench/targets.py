@@ -47,8 +47,11 @@ def _anchored(engine: str, anchor: str, bounds: dict[str, float]) -> list[Target
     return [Target(engine, key, "vs_anchor", bound, anchor=anchor) for key, bound in bounds.items()]
 
 
-def _flat_backlog(engine: str) -> Target:
-    return Target(engine, "claim_backlog_30000", "vs_own", 0.8, versus="claim_backlog_300")
+def _flat_backlog(engine: str) -> list[Target]:
+    return [
+        Target(engine, f"claim_backlog_{backlog}", "vs_own", 0.8, versus="claim_backlog_300")
+        for backlog in (30_000, 1_000_000)
+    ]
 
 
 TARGETS: list[Target] = [
@@ -58,7 +61,7 @@ TARGETS: list[Target] = [
         "raw",
         {"enqueue_1": 0.6, "enqueue_100": 0.5, "drain_one_1w": 0.5, "drain_one_4w": 0.5},
     ),
-    _flat_backlog("sqlite"),
+    *_flat_backlog("sqlite"),
     Target("sqlite", "notify_wake_p50", "at_most", 1.3),
     Target("sqlite", "notify_wake_p99", "at_most", 3.0),
     Target("sqlite", "idle_cpu", "at_most", 1.0),
@@ -67,7 +70,7 @@ TARGETS: list[Target] = [
     *_anchored("postgres", "pgqueuer", {"drain_batch_1w": 1.5, "drain_batch_4w": 1.5}),
     Target("postgres", "enqueue_claim_p50", "at_most", 4.0),
     Target("postgres", "notify_wake_p50", "at_most", 3.0),
-    _flat_backlog("postgres"),
+    *_flat_backlog("postgres"),
     # asyncio: the async API beside the sync one ("alkstore sync") and pgqueuer's async API.
     # Idle threads: "alkstore sync" counts one Store with one listener, and the ratio is
     # sync ÷ async, so >= 1 means the async store's 50 receivers and 4 workers use no more.
