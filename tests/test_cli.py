@@ -378,14 +378,15 @@ def test_schedule_schedules_unschedule_and_run_schedules(dsn: str) -> None:
     assert before < tick.pop("next_fire_at") <= time.time() + 1
     assert tick == {
         "name": "tick", "spec": "@every 1s", "queue": "ticks", "payload": {}, "tz": None,
+        "last_fire_at": None,
     }  # fmt: skip
 
-    headers = ("SCHEDULE", "SPEC", "TZ", "QUEUE", "NEXT FIRE", "PAYLOAD")
+    headers = ("SCHEDULE", "SPEC", "TZ", "QUEUE", "NEXT FIRE", "LAST FIRE", "PAYLOAD")
     nightly, _ = table(ok("schedules", "--dsn", dsn), headers)
     assert nightly["NEXT FIRE"].startswith("in ")
     assert {k: v for k, v in nightly.items() if k != "NEXT FIRE"} == {
         "SCHEDULE": "nightly", "SPEC": "@every 5m", "TZ": "-", "QUEUE": "reports",
-        "PAYLOAD": '{"kind": "daily"}',
+        "LAST FIRE": "-", "PAYLOAD": '{"kind": "daily"}',
     }  # fmt: skip
 
     with started("run-schedules", "--owner", "cli-runner", "--dsn", dsn) as runner:
@@ -402,6 +403,10 @@ def test_schedule_schedules_unschedule_and_run_schedules(dsn: str) -> None:
         assert fired
         assert all(job.payload == {} for job in fired)
         assert store.inspect().jobs("reports") == []  # five minutes have not passed
+    [ticked] = [s for s in ok_json("schedules", "--dsn", dsn) if s["name"] == "tick"]
+    assert before < ticked["last_fire_at"] < ticked["next_fire_at"]
+    _, ticking = table(ok("schedules", "--dsn", dsn), headers)
+    assert (ticking["SCHEDULE"], ticking["LAST FIRE"][-4:]) == ("tick", " ago")
 
     assert ok("unschedule", "tick", "--dsn", dsn) == ""
     assert [s["name"] for s in ok_json("schedules", "--dsn", dsn)] == ["nightly"]
@@ -611,7 +616,7 @@ def test_a_cron_schedule_in_a_zone_is_made_and_listed_with_its_zone(dsn: str) ->
     assert made.startswith("berlin: 30 2 * * * (Europe/Berlin) into 'reports', next in ")
     utc = ok_json("schedule", "utc", "@daily", "reports", "{}", "--dsn", dsn)
     assert (utc["spec"], utc["tz"], utc["next_fire_at"] % 86_400) == ("@daily", None, 0)
-    headers = ("SCHEDULE", "SPEC", "TZ", "QUEUE", "NEXT FIRE", "PAYLOAD")
+    headers = ("SCHEDULE", "SPEC", "TZ", "QUEUE", "NEXT FIRE", "LAST FIRE", "PAYLOAD")
     berlin, daily = table(ok("schedules", "--dsn", dsn), headers)
     assert (berlin["SCHEDULE"], berlin["SPEC"], berlin["TZ"]) == (
         "berlin", "30 2 * * *", "Europe/Berlin",

@@ -223,13 +223,21 @@ def test_a_version_1_schema_is_migrated_on_open_and_every_row_works(
     assert store.unschedule("nightly")
 
 
-VERSION_4_ONLY = """
+VERSION_5_ONLY = """
+ALTER TABLE {s}.schedules DROP COLUMN last_fired_at;
+UPDATE {s}.meta SET value = '4' WHERE key = 'schema_version'
+"""
+"""What version 5 added: taken away, today's schema is version 4 as it was."""
+
+VERSIONS_4_AND_5_ONLY = """
+ALTER TABLE {s}.schedules DROP COLUMN last_fired_at;
 ALTER TABLE {s}.stream_heads DROP COLUMN trimmed_through;
 UPDATE {s}.meta SET value = '3' WHERE key = 'schema_version'
 """
-"""What version 4 added: taken away, today's schema is version 3 as it was."""
+"""What versions 4 and 5 added: taken away, today's schema is version 3 as it was."""
 
-VERSIONS_3_AND_4_ONLY = """
+VERSIONS_3_TO_5_ONLY = """
+ALTER TABLE {s}.schedules DROP COLUMN last_fired_at;
 ALTER TABLE {s}.stream_heads DROP COLUMN trimmed_through;
 DROP INDEX {s}.jobs_key;
 ALTER TABLE {s}.jobs DROP COLUMN key, DROP COLUMN key_digest, DROP COLUMN traceparent;
@@ -238,7 +246,7 @@ ALTER TABLE {s}.dead DROP COLUMN key, DROP COLUMN visibility_timeout_s,
 ALTER TABLE {s}.schedules DROP COLUMN tz, DROP COLUMN job_key;
 UPDATE {s}.meta SET value = '2' WHERE key = 'schema_version'
 """
-"""What versions 3 and 4 added: taken away, today's schema is version 2 as it was."""
+"""What versions 3 to 5 added: taken away, today's schema is version 2 as it was."""
 
 
 def test_a_version_2_schema_gains_the_schedules_time_zone_keeping_its_schedules(
@@ -247,7 +255,7 @@ def test_a_version_2_schema_gains_the_schedules_time_zone_keeping_its_schedules(
     first = open_store()
     made = first.schedule("tick", "@every 1h", "jobs", {"v": 1})
     first.close()
-    run_sql(dsn, schema, VERSIONS_3_AND_4_ONLY)
+    run_sql(dsn, schema, VERSIONS_3_TO_5_ONLY)
     store = open_store()
     assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
     assert store.inspect().schedules() == [made]
@@ -274,7 +282,7 @@ def test_a_version_2_schema_gains_job_keys_and_traces_keeping_its_jobs(
         else:
             assert job.release()
     first.close()
-    run_sql(dsn, schema, VERSIONS_3_AND_4_ONLY)
+    run_sql(dsn, schema, VERSIONS_3_TO_5_ONLY)
     store = open_store()
     queue = store.queue("q", alkstore.QueueOpts(visibility_timeout_s=77))
     keyed = queue.enqueue("keyed", alkstore.EnqueueOpts(key="k"))
@@ -292,7 +300,7 @@ def test_a_version_3_schema_gains_stream_trims_keeping_its_streams(
     offsets = [first.stream("orders").publish(n) for n in range(3)]
     first.stream("orders").save_offset("billing", offsets[0])
     first.close()
-    run_sql(dsn, schema, VERSION_4_ONLY)
+    run_sql(dsn, schema, VERSIONS_4_AND_5_ONLY)
     store = open_store()
     assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
     orders = store.stream("orders")
@@ -526,3 +534,17 @@ def test_hot_statements_find_names_through_their_key_indexes(
     assert '"Seq Scan"' not in plan
     for index in indexes:
         assert f'"{index}"' in plan, f"{statement} does not use {index}: {plan}"
+
+
+def test_a_version_4_schema_gains_the_schedules_last_fire_keeping_its_schedules(
+    dsn: str, schema: str, open_store: OpenStore
+) -> None:
+    first = open_store()
+    made = first.schedule("tick", "@every 1h", "jobs", {"v": 1})
+    first.close()
+    run_sql(dsn, schema, VERSION_5_ONLY)
+    store = open_store()
+    assert stored_version(dsn, schema) == str(SCHEMA_VERSION) == "5"
+    assert store.inspect().schedules() == [made]
+    assert made.last_fire_at is None
+    assert store.schedule("tick", "@every 1h", "jobs", 2).next_fire_at == made.next_fire_at

@@ -183,7 +183,7 @@ def test_a_version_1_file_is_upgraded_in_place_keeping_its_rows(path: str) -> No
             "nightly", "0 3 * * *", "jobs", 3, alkstore.ScheduleOpts(tz="Europe/Berlin")
         )
         assert nightly.tz == "Europe/Berlin"
-    assert stored_version(path) == str(SCHEMA_VERSION) == "3"
+    assert stored_version(path) == str(SCHEMA_VERSION) == "4"
     with alkstore.open(path) as store:  # and the upgraded file reopens as it is
         assert [s.tz for s in store.inspect().schedules()] == ["Europe/Berlin", None]
 
@@ -206,6 +206,19 @@ def test_a_version_2_file_gains_stream_trims_keeping_its_events(path: str) -> No
         assert [event.payload for event in orders.read_since(0)] == [0, 1, 2]
         assert orders.trim(2) == 2
         assert [event.payload for event in orders.read_since(2)] == [2]
+    assert stored_version(path) == str(SCHEMA_VERSION)
+
+
+def test_a_version_3_file_gains_the_schedules_last_fire_keeping_them(path: str) -> None:
+    with alkstore.open(path) as store:
+        made = store.schedule("tick", "@every 1h", "jobs", {"v": 1})
+    with raw(path) as connection:  # the file as version 3 left it
+        connection.execute("ALTER TABLE __alkstore_schedules DROP COLUMN last_fired_at")
+        connection.execute("UPDATE __alkstore_meta SET value = '3' WHERE key = 'schema_version'")
+    with alkstore.open(path) as store:
+        assert store.inspect().schedules() == [made]
+        assert made.last_fire_at is None
+        assert store.schedule("tick", "@every 1h", "jobs", 2).next_fire_at == made.next_fire_at
     assert stored_version(path) == str(SCHEMA_VERSION)
 
 

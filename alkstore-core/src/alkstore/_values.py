@@ -95,3 +95,7 @@ class Schedule:
     tz: str | None = None
     """The time zone of a cron spec, as given in ``ScheduleOpts.tz``; None for
     UTC (the default) and for ``@every`` specs."""
+    last_fire_at: float | None = None
+    """Unix seconds of the boundary a runner fired last (its job enqueued); None
+    before the first. A boundary skipped after a long outage is not a fire;
+    changing the schedule keeps it (engine contract 1.7)."""

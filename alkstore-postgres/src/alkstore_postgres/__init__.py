@@ -37,7 +37,7 @@ class PostgresEngine(Engine):
 
     name = "postgres"
     schemes = ("postgres", "postgresql")
-    contract_version = "1.6"
+    contract_version = "1.7"
     capabilities = CAPABILITIES
 
     def open(self, target: str, **options: Any) -> PostgresStore:

@@ -83,8 +83,9 @@ class PostgresInspector(Inspector):
     def _schedules(self) -> list[Schedule]:
         rows = self._read("schedules", self._store.sql.list_schedules)
         return sorted(
-            (Schedule(unstored(name), spec, unstored(queue), decode(payload), next_fire_at, tz)
-             for name, spec, queue, payload, next_fire_at, tz in rows),
+            (Schedule(unstored(name), spec, unstored(queue), decode(payload), next_fire_at, tz,
+                      last_fire_at)
+             for name, spec, queue, payload, next_fire_at, tz, last_fire_at in rows),
             key=lambda schedule: schedule.name,
         )  # fmt: skip
 

@@ -65,10 +65,15 @@ _V2_TO_V3 = (
 # A constant default: PostgreSQL adds the column without rewriting the table.
 _V3_TO_V4 = ("ALTER TABLE {s}.stream_heads ADD COLUMN trimmed_through bigint NOT NULL DEFAULT 0",)
 
-_MIGRATIONS: Mapping[int, tuple[str, ...]] = {1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4}
+# Schedules remember the boundary they fired last (Schedule.last_fire_at).
+_V4_TO_V5 = ("ALTER TABLE {s}.schedules ADD COLUMN last_fired_at double precision",)
+
+_MIGRATIONS: Mapping[int, tuple[str, ...]] = {
+    1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4, 4: _V4_TO_V5,
+}  # fmt: skip
 """Templates taking a schema from the version they are keyed by to the next one."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # One query over the catalog, no table read: every engine table's columns with
 # their types, and every engine index (relkind 'i', no columns listed).

@@ -153,6 +153,7 @@ TABLES: Mapping[str, tuple[tuple[Column, ...], tuple[str, ...]]] = {
             ("next_fire_at", "double precision", "NOT NULL"),
             ("tz", "text", ""),  # since version 3: a cron spec's zone, NULL for UTC
             ("job_key", "text", ""),  # since version 3: each fire's unique key
+            ("last_fired_at", "double precision", ""),  # since version 5: the last fire
         ),
         ("name_key",),
     ),
@@ -565,7 +566,7 @@ class Statements:
             "RETURNING expires_at > {now}"
         )
         self.get_schedule = render(
-            "SELECT spec, anchor, next_fire_at, tz, {now} FROM {s}.schedules "
+            "SELECT spec, anchor, next_fire_at, tz, {now}, last_fired_at FROM {s}.schedules "
             "WHERE name_key = {name_key} FOR UPDATE"
         )
         self.now = render("SELECT {now}")
@@ -590,7 +591,7 @@ class Statements:
         )
         self.next_schedule = render("SELECT MIN(next_fire_at) - {now} FROM {s}.schedules")
         self.advance_schedule = render(
-            "UPDATE {s}.schedules SET next_fire_at = %(to)s "
+            "UPDATE {s}.schedules SET next_fire_at = %(to)s, last_fired_at = %(from)s "
             "WHERE name_key = {name_key} AND next_fire_at = %(from)s"
         )
 
@@ -635,7 +636,7 @@ class Statements:
             "SELECT name, owner, expires_at FROM {s}.locks WHERE expires_at > {now}"
         )
         self.list_schedules = render(
-            "SELECT name, spec, queue, payload, next_fire_at, tz FROM {s}.schedules"
+            "SELECT name, spec, queue, payload, next_fire_at, tz, last_fired_at FROM {s}.schedules"
         )
 
 

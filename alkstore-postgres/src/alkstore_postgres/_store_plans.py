@@ -40,8 +40,10 @@ def schedule(
     row = yield Statement(sql.get_schedule, {"name": stored(name)}, Fetch.ONE)
     if row is None:
         existing, now = None, (yield Statement(sql.now, fetch=Fetch.ONE))[0]
+        last_fire_at = None
     else:
         existing, now = PlacedSchedule(row[0], row[1], row[2], row[3]), row[4]
+        last_fire_at = row[5]
     placed = place_schedule(existing, spec, interval_s, now, opts.tz)
     yield Statement(
         sql.upsert_schedule,
@@ -54,7 +56,9 @@ def schedule(
         },
     )  # fmt: skip
     yield Statement(sql.notify, wake_params(sql.schema, SCHEDULES_WAKE_KEY))
-    return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz)
+    return Schedule(
+        name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz, last_fire_at
+    )
 
 
 def unschedule(sql: Statements, name: str) -> Plan[bool]:

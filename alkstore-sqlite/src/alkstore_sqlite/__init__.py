@@ -30,7 +30,7 @@ class SQLiteEngine(Engine):
 
     name = "sqlite"
     schemes = ("sqlite",)
-    contract_version = "1.6"
+    contract_version = "1.7"
     capabilities = CAPABILITIES
 
     def open(self, target: str, **options: Any) -> SQLiteStore:

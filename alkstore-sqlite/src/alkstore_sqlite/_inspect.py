@@ -100,8 +100,8 @@ class SQLiteInspector(Inspector):
     def _schedules(self) -> list[Schedule]:
         rows = self._read("schedules", _sql.LIST_SCHEDULES)
         return sorted(
-            (Schedule(name, spec, queue, decode(payload), next_fire_at, tz)
-             for name, spec, queue, payload, next_fire_at, tz in rows),
+            (Schedule(name, spec, queue, decode(payload), next_fire_at, tz, last_fire_at)
+             for name, spec, queue, payload, next_fire_at, tz, last_fire_at in rows),
             key=lambda schedule: schedule.name,
         )  # fmt: skip
 

@@ -39,7 +39,8 @@ def fire_boundary(
         if not renew(connection, SCHEDULER_LOCK, lock.owner, lock.ttl_s):
             return Fired.NOT_LEADER
         advanced = connection.execute(
-            _sql.ADVANCE_SCHEDULE, (advance_to, schedule.name, boundary)
+            _sql.ADVANCE_SCHEDULE,
+            {"advance_to": advance_to, "boundary": boundary, "name": schedule.name},
         ).rowcount
         if advanced != 1:
             return Fired.SCHEDULE_CHANGED

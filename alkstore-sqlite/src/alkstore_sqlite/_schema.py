@@ -128,11 +128,14 @@ CREATE TABLE __alkstore_stream_trims (
 ) WITHOUT ROWID;
 """
 
+# Schedules remember the boundary they fired last (Schedule.last_fire_at).
+_V4 = "ALTER TABLE __alkstore_schedules ADD COLUMN last_fired_at REAL;"
+
 _META = (
     "CREATE TABLE IF NOT EXISTS __alkstore_meta "
     "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
 )
-_MIGRATIONS = (_V1, _V2, _V3)
+_MIGRATIONS = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 # Every engine table with its columns, one row per column (pragma_table_info

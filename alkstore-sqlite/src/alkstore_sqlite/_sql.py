@@ -263,7 +263,8 @@ RELEASE_LOCK = "DELETE FROM __alkstore_locks WHERE name = ? AND owner = ? RETURN
 # Schedules
 
 GET_SCHEDULE = """
-SELECT spec, interval_s, anchor, next_fire_at, tz FROM __alkstore_schedules WHERE name = ?
+SELECT spec, interval_s, anchor, next_fire_at, tz, last_fired_at
+FROM __alkstore_schedules WHERE name = ?
 """
 UPSERT_SCHEDULE = """
 INSERT INTO __alkstore_schedules (name, spec, interval_s, queue, payload, priority,
@@ -283,7 +284,8 @@ FROM __alkstore_schedules WHERE next_fire_at <= ?
 """
 NEXT_SCHEDULE = "SELECT MIN(next_fire_at) FROM __alkstore_schedules"
 ADVANCE_SCHEDULE = """
-UPDATE __alkstore_schedules SET next_fire_at = ? WHERE name = ? AND next_fire_at = ?
+UPDATE __alkstore_schedules SET next_fire_at = :advance_to, last_fired_at = :boundary
+WHERE name = :name AND next_fire_at = :boundary
 """
 
 # Inspection: reads only, each one statement (one snapshot), never a write lock.
@@ -425,4 +427,6 @@ FROM __alkstore_offsets AS o
 
 HELD_LOCKS = "SELECT name, owner, expires_at FROM __alkstore_locks WHERE expires_at > ?"
 
-LIST_SCHEDULES = "SELECT name, spec, queue, payload, next_fire_at, tz FROM __alkstore_schedules"
+LIST_SCHEDULES = (
+    "SELECT name, spec, queue, payload, next_fire_at, tz, last_fired_at FROM __alkstore_schedules"
+)

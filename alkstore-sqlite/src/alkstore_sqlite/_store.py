@@ -132,7 +132,10 @@ class SQLiteStore(Store):
                  opts.expires, placed.anchor, placed.next_fire_at, placed.tz, opts.key),
             )  # fmt: skip
             connection.execute(_sql.NOTIFY, (SCHEDULES_WAKE_KEY, "null", now))
-        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz)
+        last_fire_at = None if row is None else row[5]
+        return Schedule(
+            name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz, last_fire_at
+        )
 
     def _unschedule(self, name: str) -> bool:
         with translate(f"unschedule {name!r}"), self.connection() as connection:

@@ -181,12 +181,38 @@ def test_a_few_missed_boundaries_are_all_caught_up(
     provider: TestProvider, target: StoreTarget, store: alkstore.Store, scheduler_lease_s: float
 ) -> None:
     needs(provider, "shift_schedule")
-    store.schedule("tick", "@every 2s", "jobs", 1)
+    created = store.schedule("tick", "@every 2s", "jobs", 1)
     provider.shift_schedule(target, "tick", -7.0)  # 3 boundaries behind, next in 1 s
     runner = Runner(store, "leader")
     time.sleep(0.4)
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == 3
+    [schedule] = store.inspect().schedules()
+    # Fired at created - 7, - 5 and - 3 (the next is created - 1): the last is remembered.
+    assert schedule.last_fire_at == pytest.approx(created.next_fire_at - 3, abs=1e-3)
+
+
+def test_a_schedule_remembers_the_boundary_it_fired_last_and_keeps_it_when_changed(
+    provider: TestProvider, target: StoreTarget, store: alkstore.Store, scheduler_lease_s: float
+) -> None:
+    needs(provider, "shift_schedule")
+    created = store.schedule("tick", "@every 2s", "jobs", 1)
+    assert created.last_fire_at is None
+    assert [s.last_fire_at for s in store.inspect().schedules()] == [None]
+    provider.shift_schedule(target, "tick", -2.5)  # one boundary 0.5 s overdue
+    overdue = created.next_fire_at - 2.5
+    runner = Runner(store, "leader")
+    eventually(lambda: store.inspect().queues())
+    assert runner.finish() == []
+    [fired] = store.inspect().schedules()
+    assert fired.last_fire_at == pytest.approx(overdue, abs=1e-3)
+    changed = store.schedule("tick", "@every 3s", "jobs", {"v": 2})  # a new spec and payload
+    assert changed.last_fire_at == pytest.approx(overdue, abs=1e-3)
+    [kept] = store.inspect().schedules()
+    assert kept.last_fire_at == pytest.approx(overdue, abs=1e-3)
+    assert store.unschedule("tick")
+    again = store.schedule("tick", "@every 2s", "jobs", 1)  # a new schedule by that name
+    assert again.last_fire_at is None
 
 
 def test_a_leader_that_cannot_renew_raises_leadership_lost(

@@ -146,8 +146,9 @@ def _schedules(arguments: argparse.Namespace) -> int:
         return EXIT_OK
     now = time.time()
     print_table(
-        ("SCHEDULE", "SPEC", "TZ", "QUEUE", "NEXT FIRE", "PAYLOAD"),
-        [(s.name, s.spec, _zone_of(s), s.queue, when(s.next_fire_at, now), clip(s.payload))
+        ("SCHEDULE", "SPEC", "TZ", "QUEUE", "NEXT FIRE", "LAST FIRE", "PAYLOAD"),
+        [(s.name, s.spec, _zone_of(s), s.queue, when(s.next_fire_at, now),
+          "-" if s.last_fire_at is None else when(s.last_fire_at, now), clip(s.payload))
          for s in schedules],
         empty="no schedules",
     )  # fmt: skip

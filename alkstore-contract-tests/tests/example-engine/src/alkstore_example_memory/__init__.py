@@ -683,6 +683,7 @@ class MemoryInspector(Inspector):
                     decode(s["payload"]),
                     s["placed"].next_fire_at,
                     s["placed"].tz,
+                    s["last_fire_at"],
                 )
                 for name, s in sorted(self.db.schedules.items())
             ]
@@ -761,12 +762,15 @@ class MemoryStore(Store):
             old = self.db.schedules.get(name)
             existing = None if old is None else old["placed"]
             placed = place_schedule(existing, spec, interval_s, time.time(), opts.tz)
+            last_fire_at = None if old is None else old["last_fire_at"]
             self.db.schedules[name] = {
                 "spec": spec, "interval_s": interval_s, "queue": queue, "payload": payload_json,
-                "opts": opts, "placed": placed,
+                "opts": opts, "placed": placed, "last_fire_at": last_fire_at,
             }  # fmt: skip
         self.db.wake({SCHEDULES_WAKE_KEY})
-        return Schedule(name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz)
+        return Schedule(
+            name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz, last_fire_at
+        )
 
     def _unschedule(self, name: str) -> bool:
         with self.db.writing():
@@ -800,6 +804,7 @@ class MemoryStore(Store):
                 return Fired.SCHEDULE_CHANGED
             with self.db.state:
                 row["placed"] = PlacedSchedule(placed.spec, placed.anchor, advance_to, placed.tz)  # type: ignore[index]
+                row["last_fire_at"] = boundary  # type: ignore[index]
             tx._enqueue_tx(schedule.queue, stamp, schedule.payload_json)
         return Fired.FIRED
 
@@ -827,7 +832,7 @@ class MemoryEngine(Engine):
 
     name = "memory"
     schemes = ("memory",)
-    contract_version = "1.6"
+    contract_version = "1.7"
     capabilities = CAPABILITIES
     store_class: ClassVar[type[MemoryStore]] = MemoryStore
 
