@@ -1,16 +1,13 @@
-"""The dashboard's live overview on each engine: reads shared by every viewer and
-pushed to them as server-sent events when the store wakes.
+"""The dashboard's live overview on each engine, through a real server: the
+tables are pushed as server-sent events after another process enqueues.
 
-A slow read (every queue's counts at a million jobs) is shared: pages render
-from the latest and the background reader takes another on each wake. These
-tests make every read "slow" (``budget_s=0``) and the period long, so a new
-read can only have come from a wake; the server test runs the app under
-uvicorn and enqueues from another process.
+The app runs under uvicorn in a thread; the enqueue is a CLI process. How the
+reads behind it are shared and woken is tested in alkstore-core's own
+tests (test_web_overview.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import re
 import socket
@@ -26,92 +23,10 @@ import uvicorn
 
 import alkstore
 from alkstore.web import alkstore_web_app
-from alkstore.web._backlog import Backlog
-from alkstore.web._overview import Overview, OverviewRead
-from alkstore.web._source import Source
 
 httpx: Any = importlib.import_module("httpx2" if sys.version_info >= (3, 11) else "httpx")
 
 WAIT_S = 20.0
-LONG_PERIOD_S = 3600.0
-
-
-def ready(read: OverviewRead, queue: str) -> int:
-    return next(stats.ready for stats in read.queues if stats.name == queue)
-
-
-def shared_overview(store: alkstore.Store | alkstore.AsyncStore) -> Overview:
-    """An overview whose every read is shared and only a wake brings the next."""
-    return Overview(Source(store), Backlog(), budget_s=0.0, period_s=LONG_PERIOD_S, min_gap_s=0.05)
-
-
-def test_a_slow_read_is_shared_and_the_next_comes_on_a_wake(dsn: str) -> None:
-    async def scenario() -> None:
-        with alkstore.open(dsn) as store:
-            store.queue("mail").enqueue(1)
-            overview = shared_overview(store)
-            first = await overview.current()
-            assert ready(first, "mail") == 1
-            again = await overview.current()
-            assert again.number == first.number, "a shared read is served, not repeated"
-            await asyncio.sleep(0.2)  # the background reader now watches "mail"
-            await asyncio.to_thread(store.queue("mail").enqueue, 2)
-            woken = await overview.next_after(first.number, WAIT_S)
-            assert woken is not None, "no read followed the enqueue's wake"
-            assert ready(woken, "mail") == 2
-            assert (await overview.current()).number >= woken.number
-
-    asyncio.run(scenario())
-
-
-def test_an_async_store_shares_its_reads_alike(dsn: str) -> None:
-    async def scenario() -> None:
-        async with alkstore.open_async(dsn) as store:
-            await store.queue("mail").enqueue(1)
-            overview = shared_overview(store)
-            first = await overview.current()
-            await asyncio.sleep(0.2)
-            await store.queue("mail").enqueue(2)
-            woken = await overview.next_after(first.number, WAIT_S)
-            assert woken is not None
-            assert ready(woken, "mail") == 2
-
-    asyncio.run(scenario())
-
-
-def test_cheap_reads_are_taken_per_page_and_never_older_than_it(dsn: str) -> None:
-    async def scenario() -> None:
-        with alkstore.open(dsn) as store:
-            overview = Overview(Source(store), Backlog(), budget_s=3600.0)
-            numbers = []
-            for expected in range(1, 4):
-                store.queue("mail").enqueue(expected)
-                read = await overview.current()
-                assert ready(read, "mail") == expected
-                numbers.append(read.number)
-            assert numbers == sorted(set(numbers))
-
-    asyncio.run(scenario())
-
-
-def test_a_failing_background_read_is_kept_as_the_failure_and_retried(dsn: str) -> None:
-    async def scenario() -> None:
-        store = alkstore.open(dsn)
-        store.queue("mail").enqueue(1)
-        overview = Overview(Source(store), Backlog(), budget_s=0.0, period_s=0.2, min_gap_s=0.05)
-        first = await overview.current()
-        store.close()
-        deadline = time.monotonic() + WAIT_S
-        while overview.failure is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert overview.failure is not None
-        assert "closed" in overview.failure.lower()
-        assert await overview.next_after(first.number, 0.5) is None, "no read came of it"
-        with pytest.raises(alkstore.Closed):
-            await overview.current()  # a page's own read: a 503 page
-        assert "Overview of" in repr(overview)
-
-    asyncio.run(scenario())
 
 
 # Server-sent events through a real server
