@@ -36,6 +36,9 @@ from alkstore import EnqueueOpts, QueueOpts
 
 START_TIMEOUT_S = 30.0
 STEP_TIMEOUT_MS = 15_000
+# Every step and assertion waits this long: a loaded CI machine starts a worker
+# process, and the overview rereads what wakes nothing (acks) every 2 s.
+expect.set_options(timeout=STEP_TIMEOUT_MS)
 TOKEN = "tok-3fa9-operators-only"
 CHROMIUM = os.environ.get("ALKSTORE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 HANDLER = """
@@ -178,7 +181,7 @@ def test_an_operator_watches_a_queue_requeues_a_dead_job_and_a_worker_handles_it
             expect(row.locator("td.ready")).to_have_text("2")
             assert page.evaluate("window.stillTheSamePage") is True  # updated live, no reload
             # Two samples or more: reads a second apart, the next one on a wake or the period.
-            expect(row.locator("svg.spark polyline")).to_have_count(1, timeout=STEP_TIMEOUT_MS)
+            expect(row.locator("svg.spark polyline")).to_have_count(1)
             screenshot(page, "overview", tmp_path, dsn)
 
             page.locator("nav a", has_text="Jobs").click()

@@ -69,7 +69,7 @@ class Overview:
         backlog: Backlog,
         *,
         budget_s: float = 0.1,
-        period_s: float = 5.0,
+        period_s: float = 2.0,
         min_gap_s: float = 0.5,
         idle_s: float = 30.0,
         max_watched: int = 256,
