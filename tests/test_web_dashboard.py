@@ -13,12 +13,14 @@ import itertools
 import re
 import subprocess
 import sys
+import time
 import urllib.parse
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from starlette.applications import Starlette
 
@@ -114,6 +116,34 @@ def test_the_live_fragment_is_the_overview_tables_without_the_page(store: alksto
     assert "<html" not in fragment
     assert cells(fragment, "mail")["ready"] == "1"
     assert cells(again, "mail")["ready"] == "2"
+
+
+def test_a_first_page_says_a_slow_read_is_under_way_and_the_read_arrives_live(
+    dsn: str, store: alkstore.Store
+) -> None:
+    if "://" not in dsn:
+        pytest.skip("a SQLite reader cannot be held up by another connection (WAL)")
+    store.queue("mail").enqueue(1)
+    (schema,) = urllib.parse.parse_qs(urllib.parse.urlsplit(dsn).query)["schema"]
+    server = dsn.split("?", 1)[0]
+    with client(store) as http, psycopg.connect(server) as blocker:
+        blocker.execute(f'LOCK TABLE "{schema}".jobs IN ACCESS EXCLUSIVE MODE')
+        started = time.monotonic()
+        page = http.get("/")
+        waited = time.monotonic() - started
+        picker = http.get("/jobs")
+        blocker.rollback()  # the read goes on: it ends now, as the dashboard's first
+        deadline = time.monotonic() + 30
+        live = http.get("/live")
+        while 'data-queue="mail"' not in live.text and time.monotonic() < deadline:
+            time.sleep(0.1)
+            live = http.get("/live")
+    assert page.status_code == 200
+    assert "Reading the store" in page.text
+    assert 'data-queue="mail"' not in page.text
+    assert waited < 5, "the page waited for the read it says is under way"
+    assert 'http-equiv="refresh"' in picker.text
+    assert cells(live.text, "mail")["ready"] == "1"
 
 
 def test_the_jobs_pages_walk_every_job_by_keyset(store: alkstore.Store) -> None:

@@ -117,8 +117,55 @@ def test_a_failing_background_read_is_kept_as_the_failure_and_retried(dsn: str) 
         assert overview.failure is not None
         assert "closed" in overview.failure.lower()
         assert await overview.next_after(first.number, 0.5) is None, "no read came of it"
-        with pytest.raises(alkstore.Closed):
-            await overview.current()  # a page's own read: a 503 page
+        shown = await overview.current()  # the last read that worked, under the failure
+        assert shown is not None
+        assert shown.number == first.number
+        assert not overview.recent(shown)
+        with pytest.raises(alkstore.Closed):  # a page's own read: a 503 page
+            await Overview(Source(store), Backlog()).current(wait_s=WAIT_S)
         assert "Overview of" in repr(overview)
+
+    asyncio.run(scenario())
+
+
+def test_a_page_that_cannot_wait_is_told_a_read_is_under_way_and_gets_it_live(dsn: str) -> None:
+    async def scenario() -> None:
+        with alkstore.open(dsn) as store:
+            store.queue("mail").enqueue(1)
+            overview = Overview(Source(store), Backlog(), budget_s=3600.0)
+            # A read runs on a thread (or the server): none has ended after no wait.
+            assert await overview.current(wait_s=0.0) is None
+            arrived = await overview.next_after(0, WAIT_S)
+            assert arrived is not None, "the page's read never reached the live viewers"
+            assert ready(arrived, "mail") == 1
+            store.queue("mail").enqueue(2)
+            shown = await overview.current(wait_s=0.0)
+            assert shown is not None, "the last read, not none"
+            assert shown.number >= arrived.number
+            own = await overview.current(wait_s=WAIT_S)
+            assert own is not None
+            assert ready(own, "mail") == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_stale_shared_read_is_served_at_once_and_a_fresh_one_follows(dsn: str) -> None:
+    async def scenario() -> None:
+        async with alkstore.open_async(dsn) as store:
+            await store.queue("mail").enqueue(1)
+            overview = Overview(
+                Source(store), Backlog(), budget_s=0.0, period_s=0.2, min_gap_s=0.05, idle_s=0.1
+            )
+            await overview.current()
+            await asyncio.sleep(1.5)  # nobody looks: the background reader stops
+            await store.queue("mail").enqueue(2)
+            served = await overview.current(wait_s=0.0)
+            assert served is not None
+            assert ready(served, "mail") == 1
+            assert not overview.recent(served), "served as it was, and shown as stale"
+            fresh = await overview.next_after(served.number, WAIT_S)
+            assert fresh is not None, "no read followed a stale one"
+            assert ready(fresh, "mail") == 2
+            assert overview.recent(fresh)
 
     asyncio.run(scenario())

@@ -43,6 +43,9 @@ _ACTIONS = {
 _HEARTBEAT_S = 10.0
 _STREAM_LIFETIME_S = 60.0
 _RECONNECT_MS = 2000
+_PAGE_WAIT_S = 0.15
+"""How long a page waits for a read of every queue's counts before it shows
+the last one (or says one is under way): pages render in under 200 ms."""
 _Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -145,20 +148,26 @@ class _Dashboard:
 
     # Pages
 
-    def _overview_values(self, read: OverviewRead) -> dict[str, Any]:
-        return {
-            "queues": read.queues, "streams": read.streams, "locks": read.locks,
-            "schedules": read.schedules, "read": read, "failure": self.reads.failure,
-            "shared": read.took_s >= self.reads.budget_s, "period_s": self.reads.period_s,
+    def _overview_values(self, read: OverviewRead | None) -> dict[str, Any]:
+        """What the overview's templates show of ``read`` (None: no read has ended)."""
+        values: dict[str, Any] = {
+            "read": read, "failure": self.reads.failure, "period_s": self.reads.period_s,
             "backlog": self.backlog, "now": time.time(),
         }  # fmt: skip
+        if read is not None:
+            values.update(
+                queues=read.queues, streams=read.streams, locks=read.locks,
+                schedules=read.schedules, shared=read.took_s >= self.reads.budget_s,
+                stale=not self.reads.recent(read),
+            )  # fmt: skip
+        return values
 
     async def overview(self, request: Request) -> Response:
-        values = self._overview_values(await self.reads.current())
+        values = self._overview_values(await self.reads.current(_PAGE_WAIT_S))
         return self.render(request, "overview.html", **values)
 
     async def live(self, request: Request) -> Response:
-        values = self._overview_values(await self.reads.current())
+        values = self._overview_values(await self.reads.current(_PAGE_WAIT_S))
         return self.render(request, "_overview_body.html", **values)
 
     async def events(self, request: Request) -> Response:
@@ -187,8 +196,8 @@ class _Dashboard:
     async def jobs(self, request: Request) -> Response:
         params = request.query_params
         if not params.get("queue"):
-            queues = (await self.reads.current()).queues
-            return self.render(request, "queues.html", queues=queues)
+            read = await self.reads.current(_PAGE_WAIT_S)
+            return self.render(request, "queues.html", read=read, queues=read and read.queues)
         queue = _params.queue_name(params)
         state = _params.state(params)
         limit = _params.page_size(params)

@@ -10,6 +10,10 @@ retry, a publish, a schedule change), at least every ``period_s`` for what
 wakes nothing (claims, acks, locks), never more than a third of the time,
 and only while someone looks. Live viewers (server-sent events) are fed
 from the same reads.
+
+A page never waits out a slow read: past ``wait_s`` it renders what the
+last read saw (or, before any read has ended, says one is under way), and
+the read, which goes on, reaches the page's live updates when it ends.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import overload
 
 from alkstore import LockInfo, QueueStats, Schedule, StreamStats, WakeReceiver
 from alkstore._errors import Error
@@ -87,14 +92,35 @@ class Overview:
         self._number = 0
         self._state: _LoopState | None = None
 
-    async def current(self) -> OverviewRead:
-        """A read for a page: its own while reads are cheap, else the shared latest."""
+    @overload
+    async def current(self) -> OverviewRead: ...
+    @overload
+    async def current(self, wait_s: float | None) -> OverviewRead | None: ...
+
+    async def current(self, wait_s: float | None = None) -> OverviewRead | None:
+        """A read for a page: its own while reads are cheap, else the shared latest.
+
+        The shared latest is served however old it is: if nobody was keeping
+        it fresh, the background reader starts over with a read at once. A
+        page's own read is awaited for ``wait_s`` at most (None: until it
+        ends); past that the page gets the latest read, None if none has
+        ended yet, and its own read goes on and is shared when it ends. A
+        read that fails within ``wait_s`` raises (a 503 page).
+        """
         state = self._loop_state()
         state.seen = time.monotonic()
         latest = state.latest
-        if latest is not None and latest.took_s >= self.budget_s and self._recent(latest):
+        if latest is not None and latest.took_s >= self.budget_s:
             self._keep_refreshing(state)
             return latest
+        reading = state.loop.create_task(self._page_read(state))
+        reading.add_done_callback(_retrieve)
+        done, _ = await asyncio.wait({reading}, timeout=wait_s)
+        if reading in done:
+            return reading.result()
+        return state.latest
+
+    async def _page_read(self, state: _LoopState) -> OverviewRead:
         read = await self._read(state)
         if read.took_s >= self.budget_s:
             self._keep_refreshing(state)
@@ -114,7 +140,8 @@ class Overview:
                 await asyncio.wait_for(state.changed.wait_for(newer), timeout)
         return state.latest if newer() else None
 
-    def _recent(self, read: OverviewRead) -> bool:
+    def recent(self, read: OverviewRead) -> bool:
+        """False once ``read`` is older than the background reader lets a read get."""
         # A shared read older than two periods means nobody was refreshing it.
         return time.time() - read.read_at < 2 * self.period_s + 2 * read.took_s
 
@@ -150,7 +177,7 @@ class Overview:
         woken = asyncio.Event()
         watches = _Watches(self.source, woken, self.max_watched)
         try:
-            if state.latest is None or not self._recent(state.latest):
+            if state.latest is None or not self.recent(state.latest):
                 await self._background_read(state)
             while time.monotonic() - state.seen < self.idle_s:
                 if state.latest is not None:
@@ -194,6 +221,13 @@ class Overview:
             "no read yet" if latest is None else f"read {latest.number} took {latest.took_s:.3f} s"
         )
         return f"<Overview of {self.source!r}: {shown}, budget {self.budget_s} s>"
+
+
+def _retrieve(task: asyncio.Task[OverviewRead]) -> None:
+    """Take a page read's failure even when the page stopped waiting for it
+    (kept in ``Overview.failure`` only by the background reader)."""
+    if not task.cancelled():
+        task.exception()
 
 
 class _Watches:
