@@ -169,3 +169,20 @@ def test_a_stale_shared_read_is_served_at_once_and_a_fresh_one_follows(dsn: str)
             assert overview.recent(fresh)
 
     asyncio.run(scenario())
+
+
+def test_pages_before_the_first_read_ends_wait_on_it_rather_than_read_again(dsn: str) -> None:
+    async def scenario() -> None:
+        with alkstore.open(dsn) as store:
+            store.queue("mail").enqueue(1)
+            overview = Overview(
+                Source(store), Backlog(), budget_s=3600.0, period_s=3600.0, min_gap_s=3600.0
+            )
+            for _ in range(5):
+                assert await overview.current(wait_s=0.0) is None
+            first = await overview.next_after(0, WAIT_S)
+            assert first is not None
+            assert first.number == 1
+            assert await overview.next_after(1, 0.5) is None, "a page took a read of its own"
+
+    asyncio.run(scenario())

@@ -11,9 +11,9 @@ wakes nothing (claims, acks, locks), never more than a third of the time,
 and only while someone looks. Live viewers (server-sent events) are fed
 from the same reads.
 
-A page never waits out a slow read: past ``wait_s`` it renders what the
-last read saw (or, before any read has ended, says one is under way), and
-the read, which goes on, reaches the page's live updates when it ends.
+A page never waits out a slow read: it renders what the last read saw,
+and before any read has ended it waits ``wait_s`` at most, then says one is
+under way; the read goes on and reaches the page's live updates.
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ class _LoopState:
     latest: OverviewRead | None = None
     seen: float = 0.0
     refresher: asyncio.Task[None] | None = None
+    first_read: asyncio.Task[OverviewRead] | None = None
+    """A page's read while none has ended: later pages wait for it too."""
 
 
 class Overview:
@@ -101,11 +103,13 @@ class Overview:
         """A read for a page: its own while reads are cheap, else the shared latest.
 
         The shared latest is served however old it is: if nobody was keeping
-        it fresh, the background reader starts over with a read at once. A
-        page's own read is awaited for ``wait_s`` at most (None: until it
-        ends); past that the page gets the latest read, None if none has
-        ended yet, and its own read goes on and is shared when it ends. A
-        read that fails within ``wait_s`` raises (a 503 page).
+        it fresh, the background reader starts over with a read at once.
+        While reads are cheap a page waits for its own, so what it shows is
+        never older than the request. Before any read has ended (how long one
+        takes is not known yet), a page waits ``wait_s`` at most (None: until
+        the read ends) and gets None past it; the read goes on, is shared when
+        it ends, and the pages that come meanwhile wait on it rather than start
+        more. A read that fails while a page waits raises (a 503 page).
         """
         state = self._loop_state()
         state.seen = time.monotonic()
@@ -113,9 +117,13 @@ class Overview:
         if latest is not None and latest.took_s >= self.budget_s:
             self._keep_refreshing(state)
             return latest
-        reading = state.loop.create_task(self._page_read(state))
-        reading.add_done_callback(_retrieve)
-        done, _ = await asyncio.wait({reading}, timeout=wait_s)
+        reading = state.first_read
+        if latest is not None or reading is None or reading.done():
+            reading = state.loop.create_task(self._page_read(state))
+            reading.add_done_callback(_retrieve)
+            if latest is None:  # pages that come before it ends join it
+                state.first_read = reading
+        done, _ = await asyncio.wait({reading}, timeout=None if latest else wait_s)
         if reading in done:
             return reading.result()
         return state.latest
@@ -177,6 +185,8 @@ class Overview:
         woken = asyncio.Event()
         watches = _Watches(self.source, woken, self.max_watched)
         try:
+            if state.first_read is not None and not state.first_read.done():
+                await asyncio.wait({state.first_read})  # a page's read under way: the first
             if state.latest is None or not self.recent(state.latest):
                 await self._background_read(state)
             while time.monotonic() - state.seen < self.idle_s:
