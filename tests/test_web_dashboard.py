@@ -120,7 +120,13 @@ def test_the_live_fragment_is_the_overview_tables_without_the_page(store: alksto
     with client(store) as http:
         fragment = http.get("/live").text
         store.queue("mail").enqueue(2)
+        # Cheap reads are the page's own; on a loaded machine a read over the
+        # dashboard's budget is shared instead, and the enqueue's wake brings the next.
+        deadline = time.monotonic() + 30
         again = http.get("/live").text
+        while cells(again, "mail")["ready"] == "1" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            again = http.get("/live").text
     assert "<html" not in fragment
     assert cells(fragment, "mail")["ready"] == "1"
     assert cells(again, "mail")["ready"] == "2"
@@ -440,6 +446,8 @@ def test_it_serves_an_async_store_natively(dsn: str) -> None:
             assert await job.fail("boom")
             transport = httpx.ASGITransport(app=alkstore_web_app(store, allow_actions=True))
             async with httpx.AsyncClient(transport=transport, base_url=ORIGIN) as http:
+                while "Reading the store" in (await http.get("/live")).text:  # the first read
+                    await asyncio.sleep(0.05)
                 overview = await http.get("/")
                 assert cells(overview.text, "mail")["dead"] == "1"
                 job_page = await http.get(f"/job?queue=mail&id={job_id}")
