@@ -673,6 +673,32 @@ def test_nothing_there_is_exit_3(dsn: str) -> None:
     assert run("listen", "quiet", "--count", "1", "--timeout", "0.2", "--dsn", dsn).returncode == 3
 
 
+def test_log_level_debug_shows_each_job_a_worker_starts_and_settles(
+    dsn: str, tmp_path: Path
+) -> None:
+    write_handlers(tmp_path)
+    with alkstore.open(dsn) as store:
+        job_id = store.queue("q").enqueue({"n": 1})
+    arguments = ("worker", "q", "cli_test_handlers:handle", "--dsn", dsn, "--log-level", "DEBUG")
+    with started(*arguments, cwd=tmp_path) as worker:
+        poll(lambda: handled_ids(tmp_path) or None, what="the job handled")
+        with alkstore.open(dsn) as store:
+            poll(lambda: not store.inspect().jobs("q") or None, what="the job acked")
+        out, err = finish(worker, stop=True)
+    assert worker.returncode == 0, err
+    assert out == "handled 1: 1 succeeded, 0 failed, 0 released, 0 lost\n"
+    assert f"alkstore: job {job_id} of 'q' started (attempt 1 of 3)\n" in err
+    assert re.search(rf"alkstore: job {job_id} of 'q' succeeded in [0-9.]+ s \(attempt 1", err)
+
+
+def test_log_level_takes_only_a_known_level(dsn: str) -> None:
+    result = run("--log-level", "loud", "queues", "--dsn", dsn)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "--log-level: invalid choice: 'loud'" in result.stderr
+    assert ok("queues", "--log-level", "error", "--dsn", dsn) == ok("queues", "--dsn", dsn)
+
+
 def test_the_common_options_work_before_and_after_the_command(dsn: str) -> None:
     ok("enqueue", "q", "1", "--dsn", dsn)
     before = ok("--json", "--dsn", dsn, "queues")

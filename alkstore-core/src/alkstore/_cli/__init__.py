@@ -18,7 +18,7 @@ from alkstore._cli._common import (
     CommandError,
     UsageError,
 )
-from alkstore._cli._output import log_to_stderr
+from alkstore._cli._output import DEFAULT_LOG_LEVEL, LOG_LEVELS, log_to_stderr
 from alkstore._errors import Error
 
 __all__ = ["main"]
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv``; return the exit code."""
     parser = _parser()
     arguments = parser.parse_args(argv)
-    log_to_stderr(arguments.debug)
+    log_to_stderr(arguments.debug, arguments.log_level)
     if arguments.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -88,14 +88,16 @@ def _parser() -> argparse.ArgumentParser:
     # the command; they must be separate Action objects from the top-level
     # ones, whose defaults are real values.
     common = argparse.ArgumentParser(add_help=False)
-    _add_common_options(common, dsn=argparse.SUPPRESS, flag=argparse.SUPPRESS)
+    _add_common_options(
+        common, dsn=argparse.SUPPRESS, flag=argparse.SUPPRESS, level=argparse.SUPPRESS
+    )
     parser = _Parser(
         prog="alkstore",
         description="Coordination primitives inside the database you already have.",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_common_options(parser, dsn=None, flag=False)
+    _add_common_options(parser, dsn=None, flag=False, level=DEFAULT_LOG_LEVEL)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_core_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in (_inspecting, _acting, _operating, _long_running, _metrics, _web):
@@ -103,11 +105,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_common_options(parser: argparse.ArgumentParser, *, dsn: object, flag: object) -> None:
-    """Add --dsn, --json and --debug to ``parser`` with these defaults."""
+def _add_common_options(
+    parser: argparse.ArgumentParser, *, dsn: object, flag: object, level: object
+) -> None:
+    """Add --dsn, --json, --debug and --log-level to ``parser`` with these defaults."""
     parser.add_argument("--dsn", default=dsn, help="the store to open")
     parser.add_argument("--json", action="store_true", default=flag, help="print JSON for scripts")
     parser.add_argument("--debug", action="store_true", default=flag, help="show tracebacks")
+    parser.add_argument(
+        "--log-level", default=level, choices=LOG_LEVELS, type=str.lower, metavar="LEVEL",
+        help="the library's records shown on stderr, from this level up: "
+        f"{', '.join(LOG_LEVELS)} (default {DEFAULT_LOG_LEVEL}; info adds recoveries, "
+        "debug every job a worker starts and settles)",
+    )  # fmt: skip
 
 
 def _core_version() -> str:

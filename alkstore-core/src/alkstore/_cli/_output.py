@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 __all__ = [
+    "DEFAULT_LOG_LEVEL",
+    "LOG_LEVELS",
     "Progress",
     "RecentRate",
     "ago",
@@ -145,23 +147,32 @@ class Progress:
         self._stream.flush()
 
 
-def log_to_stderr(debug: bool) -> None:
-    """Show the library's warnings (a worker's failed jobs, say) as one line each.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+"""What ``--log-level`` takes."""
+DEFAULT_LOG_LEVEL = "warning"
 
-    With ``debug`` a warning's traceback follows its line; without, only the
+
+def log_to_stderr(debug: bool, level: str = DEFAULT_LOG_LEVEL) -> None:
+    """Show the library's records from ``level`` up (by default its warnings: a
+    worker's failed jobs, say) as one line each.
+
+    With ``debug`` a record's traceback follows its line; without, only the
     exception's type and first line do.
     """
+    threshold = logging.getLevelName(level.upper())
     logger = logging.getLogger("alkstore")
     for handler in [h for h in logger.handlers if isinstance(h, _StderrLines)]:
         logger.removeHandler(handler)
-    logger.addHandler(_StderrLines(debug))
+    logger.addHandler(_StderrLines(debug, threshold))
+    if threshold < logger.getEffectiveLevel():  # below the root's WARNING: let them through
+        logger.setLevel(threshold)
 
 
 class _StderrLines(logging.Handler):
     """Writes each record to the current stderr as ``alkstore: message``."""
 
-    def __init__(self, debug: bool) -> None:
-        super().__init__(logging.WARNING)
+    def __init__(self, debug: bool, level: int = logging.WARNING) -> None:
+        super().__init__(level)
         self._debug = debug
 
     def emit(self, record: logging.LogRecord) -> None:
