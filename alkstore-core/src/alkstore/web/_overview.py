@@ -123,7 +123,7 @@ class Overview:
             reading.add_done_callback(_retrieve)
             if latest is None:  # pages that come before it ends join it
                 state.first_read = reading
-        done, _ = await asyncio.wait({reading}, timeout=None if latest else wait_s)
+        done, _ = await asyncio.wait({reading}, timeout=None if latest is not None else wait_s)
         if reading in done:
             return reading.result()
         return state.latest
