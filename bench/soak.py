@@ -102,6 +102,22 @@ class Run:
             else:
                 self.finals.append(report)
 
+    def join(self, names: list[str], timeout: float) -> None:
+        """Wait for the named processes to end, reading their reports meanwhile:
+        a process that put a large report ends only once it has been read (its
+        queue's feeder thread flushes at exit), so a plain join would wait out
+        its timeout. Whatever is left after ``timeout`` is killed."""
+        deadline = time.monotonic() + timeout
+        processes = [self.processes[name] for name in names]
+        while any(p.is_alive() for p in processes) and time.monotonic() < deadline:
+            self.collect()
+            time.sleep(0.05)
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+            process.join()
+        self.collect()
+
     def take_interval(self) -> tuple[int, list[float]]:
         """Jobs acked and their latencies since the last call."""
         self.collect()
@@ -136,10 +152,7 @@ def running(url: str, rate: float | None) -> Iterator[Run]:
     finally:
         for stop in run.stops.values():
             stop.set()
-        for process in run.processes.values():
-            process.join(30)
-            if process.is_alive():
-                process.kill()
+        run.join(list(run.processes), 30)
 
 
 def calibrate(engine: str, seconds: float) -> float:
@@ -194,9 +207,7 @@ def soak(engine: str, rate: float, seconds: float, sample_s: float) -> dict[str,
 def finish(run: Run, store: alkstore.Store) -> dict[str, Any]:
     """Stop producing, drain, let the consumer catch up; then account for everything."""
     run.stops["producers"].set()
-    for name, process in run.processes.items():
-        if name.startswith("producer"):
-            process.join(60)
+    run.join([name for name in run.processes if name.startswith("producer")], 60)
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
     while time.monotonic() < deadline and not (drained(store) and caught_up(store)):
         time.sleep(0.5)
@@ -204,9 +215,7 @@ def finish(run: Run, store: alkstore.Store) -> dict[str, Any]:
     left = [s.total - s.dead for s in store.inspect().queues() if s.name == QUEUE]
     run.stops["workers"].set()
     run.stops["followers"].set()
-    for process in run.processes.values():
-        process.join(60)
-    run.collect()
+    run.join(list(run.processes), 60)
     return account(run.finals, left[0] if left else 0)
 
 
