@@ -90,10 +90,13 @@ class Run:
     finals: list[tuple[Any, ...]] = field(default_factory=list)
 
     def collect(self) -> None:
-        """Take every report that has arrived."""
+        """Take every report that has arrived.
+
+        Called every second: a report left unread waits behind the pipe's
+        buffer in its worker, and would be counted in a later minute."""
         while True:
-            try:
-                report = self.reports.get_nowait()
+            try:  # a moment's wait: the next report may be on its way through the pipe
+                report = self.reports.get(timeout=0.01)
             except Exception:  # queue.Empty: nothing more for now
                 return
             if report[0] == "acked":
@@ -190,6 +193,7 @@ def soak(engine: str, rate: float, seconds: float, sample_s: float) -> dict[str,
             window_started, wal_peak = now, 0
             while time.monotonic() - window_started < sample_s:
                 time.sleep(1.0)
+                run.collect()
                 wal_peak = max(wal_peak, wal_bytes(path))
                 if time.monotonic() - last_trim >= RETAIN_EVERY_S:
                     trimmed += store.stream(STREAM).retain(max_age_s=RETAIN_S)
