@@ -85,7 +85,12 @@ class AsyncQueue:
         self._store._check_open()
         worker_id = check_identifier(worker_id, "worker_id")
         claims = fenced_claims(job_ids, self._store._claims, self.name, worker_id)
-        return await self._ack_batch(claims, worker_id) if claims else 0
+        if not claims:
+            return 0
+        acked = await self._ack_batch(claims, worker_id)
+        if acked == len(claims):  # every one acked: their claims are over for good
+            self._store._claims.forget(self.name, (job_id for job_id, _ in claims))
+        return acked
 
     async def cancel(self, job_id: int) -> bool:
         """Delete the job whatever its state (not an interrupt); True if it existed."""

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 __all__ = ["ClaimLedger"]
 
 _REMEMBERED = 50_000
-"""Claims remembered per store, newest first; older ids ack unfenced by attempt."""
+"""Claims remembered per store, newest first; older ids ack unfenced by attempt.
+An acked job's claim is forgotten at once (its id is never claimed again), so
+a store holds about as many as its claims outstanding, not this many."""
 
 
 class ClaimLedger:
@@ -47,6 +49,12 @@ class ClaimLedger:
                 claims.move_to_end(key)
             while len(claims) > self._capacity:
                 claims.popitem(last=False)
+
+    def forget(self, queue: str, job_ids: Iterable[int]) -> None:
+        """Drop the claims of jobs that were acked: ids are never claimed again."""
+        with self._lock:
+            for job_id in job_ids:
+                self._claims.pop((queue, job_id), None)
 
     def attempt(self, queue: str, job_id: int, worker_id: str) -> int | None:
         """The attempt of ``worker_id``'s latest claim of the job through this store, if known."""
