@@ -446,7 +446,9 @@ def test_it_serves_an_async_store_natively(dsn: str) -> None:
             assert await job.fail("boom")
             transport = httpx.ASGITransport(app=alkstore_web_app(store, allow_actions=True))
             async with httpx.AsyncClient(transport=transport, base_url=ORIGIN) as http:
+                deadline = time.monotonic() + 30
                 while "Reading the store" in (await http.get("/live")).text:  # the first read
+                    assert time.monotonic() < deadline, "the first read never ended"
                     await asyncio.sleep(0.05)
                 overview = await http.get("/")
                 assert cells(overview.text, "mail")["dead"] == "1"
