@@ -259,12 +259,13 @@ def _jobs_in(store: alkstore.Store, queue: str) -> int:
 
 
 def test_a_catch_up_longer_than_the_lease_keeps_the_lead_as_it_fires(dsn: str) -> None:
-    # 64 schedules of 64 missed boundaries, each its own transaction, take
-    # longer than a 0.1 s lease (a firing takes 0.1 ms on SQLite, about a
+    # 128 schedules of 64 missed boundaries, each its own transaction, take
+    # longer than a 0.3 s lease (a firing takes 0.1 ms on SQLite, about a
     # millisecond on PostgreSQL, so even a loaded machine leaves each well
-    # inside it): each firing renews the lease, so the leader neither loses
-    # the lock midway nor lets another in.
-    schedules, lease_s = 64, 0.1
+    # inside it; a 0.1 s lease was lost once to a stall on a loaded CI run):
+    # each firing renews the lease, so the leader neither loses the lock
+    # midway nor lets another in.
+    schedules, lease_s = 128, 0.3
     with alkstore.open(dsn, scheduler_lease_s=lease_s) as store:
         for n in range(schedules):
             store.schedule(f"tick-{n}", "@every 1m", "ticks", n)
