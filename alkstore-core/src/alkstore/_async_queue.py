@@ -88,8 +88,7 @@ class AsyncQueue:
         if not claims:
             return 0
         acked = await self._ack_batch(claims, worker_id)
-        if acked == len(claims):  # every one acked: their claims are over for good
-            self._store._claims.forget(self.name, (job_id for job_id, _ in claims))
+        self._store._claims.batch_acked(self.name, claims, acked)
         return acked
 
     async def cancel(self, job_id: int) -> bool:

@@ -56,6 +56,12 @@ class ClaimLedger:
             for job_id in job_ids:
                 self._claims.pop((queue, job_id), None)
 
+    def batch_acked(self, queue: str, claims: list[tuple[int, int | None]], acked: int) -> None:
+        """After an ``ack_batch`` of ``claims`` that acked ``acked``: forget them all
+        if every one went (which went of a batch acked in part is not known)."""
+        if acked == len(claims):
+            self.forget(queue, (job_id for job_id, _ in claims))
+
     def attempt(self, queue: str, job_id: int, worker_id: str) -> int | None:
         """The attempt of ``worker_id``'s latest claim of the job through this store, if known."""
         with self._lock:
