@@ -44,6 +44,9 @@ _WAL_KEPT_BYTES = 4 * 1024 * 1024
 """What a restarted WAL file is cut back to (``journal_size_limit``)."""
 _WAL_LOOK_EVERY = 64
 """Connections given back between two looks at the WAL file's size."""
+_WAL_LOOK_AGAIN_EVERY = 4
+"""The same, while the last restart could not finish (a reader held on): the
+WAL grows by every write until one does, so the next try comes sooner."""
 
 
 def connect(path: str, settings: Settings) -> sqlite3.Connection:
@@ -126,6 +129,7 @@ class ConnectionPool:
         self._checkpointer: sqlite3.Connection | None = None
         self._wal = f"{path}-wal"
         self._given_back = 0
+        self._look_every = _WAL_LOOK_EVERY
 
     def acquire(self) -> sqlite3.Connection:
         """Take a connection for the calling thread's exclusive use (the prompt
@@ -193,7 +197,7 @@ class ConnectionPool:
     def release(self, connection: sqlite3.Connection) -> None:
         """Give a connection back; one left inside a transaction is rolled back first."""
         self._given_back += 1  # racy under threads: it only spaces the looks out
-        if self._given_back % _WAL_LOOK_EVERY == 0 and self._wal_outgrown():
+        if self._given_back % self._look_every == 0 and self._wal_outgrown():
             self.want_checkpoint()
         if connection is self._prompt:
             self._give_prompt_back(connection)
@@ -233,9 +237,11 @@ class ConnectionPool:
             if self._checkpointer is None:
                 self._checkpointer = connect(self._path, self._settings)
                 self._checkpointer.execute(f"PRAGMA busy_timeout = {_CHECKPOINT_WAIT_MS}")
-            self._checkpointer.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+            busy, _, _ = self._checkpointer.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
         except (sqlite3.Error, Database):  # asked again after the next prompt writes
             log.debug("a WAL checkpoint of %r failed", self._path, exc_info=True)
+            busy = 1
+        self._look_every = _WAL_LOOK_AGAIN_EVERY if busy else _WAL_LOOK_EVERY
 
     def _give_prompt_back(self, connection: sqlite3.Connection) -> None:
         self._prompt_lent = False
