@@ -3,7 +3,7 @@
     python bench/profile.py OPERATION [--engine sqlite|postgres] [--count N]
 
 OPERATION is one of: enqueue_1, enqueue_100, claim_one, claim_batch, publish_100,
-wake_fanout, or through the asyncio API (``open_async``): async_enqueue_1,
+replay, wake_fanout, or through the asyncio API (``open_async``): async_enqueue_1,
 async_claim_batch. Prints pyinstrument's call tree of the timed loop only
 (set-up and fresh storage are outside it). bench/README.md records what these
 showed.
@@ -59,6 +59,14 @@ def publish_100(store: alkstore.Store, count: int) -> None:
                 tx.publish_tx("s", {"n": n})
 
 
+def replay(store: alkstore.Store, count: int) -> None:
+    """Read the stream ``publish_100`` wrote (set-up) from 0, a page of 1,000 at a time."""
+    stream = store.stream("s")
+    offset = 0
+    while page := stream.read_since(offset, 1000):
+        offset = page[-1].offset
+
+
 def wake_fanout(store: alkstore.Store, count: int) -> None:
     """Notifies with 50 listeners attached, each woken (pyinstrument samples this thread)."""
     receivers = [store.listen("c") for _ in range(50)]
@@ -76,6 +84,7 @@ LOOPS: dict[str, Loop] = {
     "claim_one": claim_one,
     "claim_batch": claim_batch,
     "publish_100": publish_100,
+    "replay": replay,
     "wake_fanout": wake_fanout,
 }
 
@@ -97,6 +106,7 @@ ASYNC_LOOPS: dict[str, AsyncLoop] = {
     "async_claim_batch": async_claim_batch,
 }
 NEEDS_JOBS = {"claim_one", "claim_batch", "async_claim_batch"}
+NEEDS_EVENTS = {"replay"}
 
 
 @contextlib.contextmanager
@@ -111,6 +121,9 @@ def profiled(target: str, operation: str, count: int) -> Profiler:
     if operation in NEEDS_JOBS:
         with alkstore.open(target) as store:
             enqueue_100(store, count)
+    if operation in NEEDS_EVENTS:
+        with alkstore.open(target) as store:
+            publish_100(store, count)
     if operation in ASYNC_LOOPS:
         return asyncio.run(_profiled_async(target, ASYNC_LOOPS[operation], count))
     with alkstore.open(target) as store:

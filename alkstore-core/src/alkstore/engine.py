@@ -49,6 +49,7 @@ from alkstore._commit_cursor import CommitCursor
 from alkstore._contract import CONTRACT_VERSION
 from alkstore._discovery import LIBPQ_KEYWORDS, load_engine, redact
 from alkstore._engine_settings import settings_from_options
+from alkstore._event_rows import EventRow, stream_events
 from alkstore._every import PlacedSchedule, place_schedule
 from alkstore._fanout import WakeFanout
 from alkstore._inspect import Inspector
@@ -84,6 +85,7 @@ __all__ = [
     "DueSchedule",
     "DueSchedules",
     "Engine",
+    "EventRow",
     "Fired",
     "Inspector",
     "Job",
@@ -111,6 +113,7 @@ __all__ = [
     "queue_wake_key",
     "redact",
     "settings_from_options",
+    "stream_events",
     "stream_wake_key",
 ]
 

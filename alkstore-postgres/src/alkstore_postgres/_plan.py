@@ -62,6 +62,9 @@ class Statement:
     sql: str
     params: Any = None
     fetch: Fetch = Fetch.NOTHING
+    binary: bool = False
+    """Rows come back in binary: no number is printed by the server and parsed
+    here (reads of many rows)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +116,12 @@ def run_plan(connection: psycopg.Connection, plan: Plan[T]) -> T:
 def run_step(connection: psycopg.Connection, step: Step) -> Any:
     """Run one step on ``connection``; its result."""
     if isinstance(step, Statement):
-        return _fetched(connection.execute(step.sql, step.params), step.fetch)
+        return _fetched(connection.execute(step.sql, step.params, binary=step.binary), step.fetch)
     with connection.pipeline():
-        cursors = [connection.execute(each.sql, each.params) for each in step.statements]
+        cursors = [
+            connection.execute(each.sql, each.params, binary=each.binary)
+            for each in step.statements
+        ]
     return [_fetched(c, each.fetch) for c, each in zip(cursors, step.statements, strict=True)]
 
 
@@ -159,7 +165,9 @@ async def run_step_async(connection: psycopg.AsyncConnection, step: Step) -> Any
     cancel (it asks the server to cancel it, and waits).
     """
     if isinstance(step, Statement):
-        return await _fetched_async(await connection.execute(step.sql, step.params), step.fetch)
+        return await _fetched_async(
+            await connection.execute(step.sql, step.params, binary=step.binary), step.fetch
+        )
     running = start_now(_run_pipeline(connection, step))
     try:
         return await asyncio.shield(running)
@@ -179,7 +187,10 @@ async def _outlive_cancellations(running: asyncio.Future[Any]) -> None:
 
 async def _run_pipeline(connection: psycopg.AsyncConnection, step: Pipeline) -> list[Any]:
     async with connection.pipeline():
-        cursors = [await connection.execute(each.sql, each.params) for each in step.statements]
+        cursors = [
+            await connection.execute(each.sql, each.params, binary=each.binary)
+            for each in step.statements
+        ]
     return [
         await _fetched_async(c, each.fetch)
         for c, each in zip(cursors, step.statements, strict=True)

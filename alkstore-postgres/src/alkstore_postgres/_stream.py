@@ -20,7 +20,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from alkstore import StreamEvent, StreamTrimmed
-from alkstore.engine import Stream, TrimRule, decode, offset_past_head, stream_wake_key
+from alkstore.engine import (
+    Stream,
+    TrimRule,
+    offset_past_head,
+    stream_events,
+    stream_wake_key,
+)
 from alkstore_postgres._names import stored, unstored, wake_params
 from alkstore_postgres._plan import Fetch, Operation, Plan, Statement
 
@@ -78,21 +84,12 @@ class StreamPlans:
     def read_since(self, offset: int, limit: int) -> Plan[list[StreamEvent]]:
         yield Operation(f"read {self._name!r}")
         params = {"stream": stored(self._name), "offset": offset, "limit": limit}
-        rows = yield Statement(self._sql.read_since, params, Fetch.ALL)
+        rows = yield Statement(self._sql.read_since, params, Fetch.ALL, binary=True)
         if not rows:  # none after offset, or offset is behind a trim: the record says
             (trimmed_through,) = yield Statement(self._sql.trimmed_through, params, Fetch.ONE)
             if offset < trimmed_through:
                 raise StreamTrimmed(self._name, offset, trimmed_through)
-        return [
-            StreamEvent(
-                offset=row[0],
-                stream=self._name,
-                key=None if row[1] is None else unstored(row[1]),
-                payload=decode(row[2]),
-                created_at=row[3],
-            )
-            for row in rows
-        ]
+        return stream_events(self._name, rows, unstored)
 
     def trimmed_through(self) -> Plan[int]:
         yield Operation(f"read how far {self._name!r} is trimmed")

@@ -16,7 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from alkstore import StreamEvent, StreamTrimmed
-from alkstore.engine import Stream, TrimRule, decode, offset_past_head
+from alkstore.engine import Stream, TrimRule, offset_past_head, stream_events
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
 
@@ -69,11 +69,7 @@ class SQLiteStream(Stream):
             trimmed_through = _trimmed_through(connection, self.name)
         if offset < trimmed_through:
             raise StreamTrimmed(self.name, offset, trimmed_through)
-        return [
-            StreamEvent(offset=row[0], stream=self.name, key=row[1], payload=decode(row[2]),
-                        created_at=row[3])
-            for row in rows
-        ]  # fmt: skip
+        return stream_events(self.name, rows)
 
     def _get_offset(self, consumer: str) -> int:
         with translate(f"read offset of {consumer!r}"), self._store.connection() as connection:
