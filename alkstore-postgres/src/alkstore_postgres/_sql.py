@@ -281,13 +281,15 @@ _QUEUE_STATS = (
     "(SELECT queue FROM {s}.jobs WHERE queue_key = k AND deadline IS NOT NULL LIMIT 1), "
     "(SELECT queue FROM {s}.dead WHERE queue_key = k LIMIT 1)), "
     "p.n, p.n - q.later, "
-    f"(SELECT count(*) {_EXPIRED} AND run_at <= c.now), "
-    f"(SELECT count(*) {_EXPIRED} AND run_at > c.now), "
+    "x.due, x.later, "
     "(SELECT count(*) FROM {s}.jobs WHERE queue_key = k AND deadline IS NOT NULL), "
     "(SELECT count(*) FROM {s}.dead WHERE queue_key = k), "
     "c.now - q.oldest "
     "FROM keys CROSS JOIN clock AS c CROSS JOIN LATERAL ("
     "SELECT count(*) AS n FROM {s}.jobs WHERE queue_key = k AND deadline IS NULL) AS p "
+    # Past expiry, due and later: one range of jobs_expiring, each row fetched once.
+    "CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE run_at <= c.now) AS due, "
+    f"count(*) FILTER (WHERE run_at > c.now) AS later {_EXPIRED}) AS x "
     # Per priority (a skip-scan): its rows ready later, a range of the index, and
     # its first ready row: neither reads the rows that are ready now.
     "CROSS JOIN LATERAL (WITH RECURSIVE priorities(p) AS ("
