@@ -19,7 +19,7 @@ from alkstore._queue import (
     wait_for_work,
 )
 from alkstore._stamp import JobStamp
-from alkstore._tracing import TRACING, traced_enqueue_async
+from alkstore._tracing import stamp_unless_traced, traced_enqueue_async
 from alkstore._values import JobInfo
 
 if TYPE_CHECKING:
@@ -55,10 +55,11 @@ class AsyncQueue:
         self._store._check_open()
         stamp = self._store._stamp(self.opts, opts)
         payload_json = encode(payload)
-        if TRACING:
-            enqueue = self._enqueue
-            return await traced_enqueue_async(self.name, stamp, lambda s: enqueue(s, payload_json))
-        return await self._enqueue(stamp, payload_json)
+        plain = stamp_unless_traced(stamp)
+        if plain is not None:
+            return await self._enqueue(plain, payload_json)
+        enqueue = self._enqueue
+        return await traced_enqueue_async(self.name, stamp, lambda s: enqueue(s, payload_json))
 
     async def claim_one(self, worker_id: str) -> AsyncJob | None:
         """Claim the next ready job for ``worker_id``; None when none is ready."""

@@ -15,7 +15,7 @@ from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
 from alkstore._params import Paramstyle, portable_params
 from alkstore._stamp import JobStamp
 from alkstore._stream import check_key, check_offset
-from alkstore._tracing import TRACING, traced_enqueue_async
+from alkstore._tracing import stamp_unless_traced, traced_enqueue_async
 from alkstore._tx import (
     ENDED_BEHIND_ITS_BACK,
     ENDED_BY_ITS_CALLER,
@@ -249,8 +249,9 @@ class AsyncTxHandle:
             raise Closed(f"this transaction is already {self.state.value}")
 
     async def _traced_enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
-        if not TRACING:
-            return await self._enqueue_tx(queue, stamp, payload_json)
+        plain = stamp_unless_traced(stamp)
+        if plain is not None:
+            return await self._enqueue_tx(queue, plain, payload_json)
         return await traced_enqueue_async(
             queue, stamp, lambda s: self._enqueue_tx(queue, s, payload_json)
         )

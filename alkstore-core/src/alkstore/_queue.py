@@ -12,7 +12,7 @@ from alkstore._job import ClaimedJob, Job
 from alkstore._names import check_identifier, queue_wake_key
 from alkstore._options import EnqueueOpts, QueueOpts, check_duration, check_flag, check_int
 from alkstore._stamp import JobStamp
-from alkstore._tracing import TRACING, traced_enqueue
+from alkstore._tracing import stamp_unless_traced, traced_enqueue
 from alkstore._values import JobInfo
 
 if TYPE_CHECKING:
@@ -69,9 +69,10 @@ class Queue(abc.ABC):
         self._store._check_open()
         stamp = self._store._stamp(self.opts, opts)
         payload_json = encode(payload)
-        if TRACING:
-            return traced_enqueue(self.name, stamp, lambda s: self._enqueue(s, payload_json))
-        return self._enqueue(stamp, payload_json)
+        plain = stamp_unless_traced(stamp)
+        if plain is not None:
+            return self._enqueue(plain, payload_json)
+        return traced_enqueue(self.name, stamp, lambda s: self._enqueue(s, payload_json))
 
     def claim_one(self, worker_id: str) -> Job | None:
         """Claim the next ready job for ``worker_id``; None when none is ready."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from alkstore._job import ClaimedJob
 
 try:
+    from opentelemetry import context as otel_context
     from opentelemetry import trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 except ImportError:  # the otel extra is not installed
@@ -32,11 +34,25 @@ except ImportError:  # the otel extra is not installed
 else:
     TRACING = True
     _PROPAGATOR = TraceContextTextMapPropagator()
+    # A provider named in the environment is set by the API's first lookup.
+    _NAMED_IN_ENVIRONMENT = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
-__all__ = ["TRACING", "handling", "traced_enqueue", "traced_enqueue_async"]
+__all__ = ["TRACING", "handling", "stamp_unless_traced", "traced_enqueue", "traced_enqueue_async"]
 
+_UNKNOWN = object()
 _SYSTEM = "alkstore"
 _TRACER = "alkstore"
+
+
+def stamp_unless_traced(stamp: JobStamp) -> JobStamp | None:
+    """``stamp`` as the enqueue writes it when no span would record (the usual
+    case, then without a wrapper): carrying a trace context already current, if
+    any. None when the enqueue needs its ``send`` span: :func:`traced_enqueue`."""
+    if not TRACING:
+        return stamp
+    if _recording():
+        return None
+    return _carrying_context(stamp)
 
 
 def traced_enqueue(queue: str, stamp: JobStamp, enqueue: Callable[[JobStamp], int]) -> int:
@@ -97,7 +113,16 @@ def _sending(queue: str) -> Iterator[trace.Span]:
 
 
 def _recording() -> bool:
-    """Whether spans may record: a tracer provider (an SDK) has been set."""
+    """Whether spans may record: a tracer provider (an SDK) has been set.
+
+    Asked on every enqueue. With no provider set, the API's own lookup reads
+    the process environment each time, for a provider named there (a sixth
+    of an enqueue in a transaction): the API's global is read first instead,
+    and the lookup made only once a provider is set or named in the
+    environment (or should the API's internals change).
+    """
+    if getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is None and not _NAMED_IN_ENVIRONMENT:
+        return False
     return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
 
 
@@ -112,6 +137,8 @@ def _destination(queue: str, operation: str) -> dict[str, str]:
 
 def _carrying_context(stamp: JobStamp) -> JobStamp:
     """``stamp`` with the current span's ``traceparent``, if there is a valid one."""
+    if not otel_context.get_current():  # an empty context, the usual case: no span
+        return stamp
     if not trace.get_current_span().get_span_context().is_valid:
         return stamp
     carrier: dict[str, str] = {}

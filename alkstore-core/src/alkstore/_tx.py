@@ -17,7 +17,7 @@ from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
 from alkstore._params import Paramstyle, portable_params
 from alkstore._stamp import JobStamp
 from alkstore._stream import check_key, check_offset
-from alkstore._tracing import TRACING, traced_enqueue
+from alkstore._tracing import stamp_unless_traced, traced_enqueue
 
 if TYPE_CHECKING:
     from alkstore._store import Store
@@ -284,8 +284,9 @@ class TxHandle(abc.ABC):
             raise self._ended_by_its_caller()
 
     def _traced_enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
-        if not TRACING:
-            return self._enqueue_tx(queue, stamp, payload_json)
+        plain = stamp_unless_traced(stamp)
+        if plain is not None:
+            return self._enqueue_tx(queue, plain, payload_json)
         return traced_enqueue(queue, stamp, lambda s: self._enqueue_tx(queue, s, payload_json))
 
     def _check_active(self) -> None:
