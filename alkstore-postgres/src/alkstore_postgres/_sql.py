@@ -384,11 +384,15 @@ class Statements:
         )
         self.ack = render("DELETE FROM {s}.jobs WHERE " + HOLDS)
         # A NULL attempt acks any unexpired claim by the worker; a number only that claim.
+        # The queue is matched by name, which no index holds, so each id is looked up
+        # by primary key: matched by key, the planner read the queue's range of
+        # jobs_claimed, whose entries for acked jobs stay until a vacuum (a bitmap
+        # scan never marks them dead), and each ack of a drain read more of them.
         self.ack_batch = render(
             "DELETE FROM {s}.jobs AS j USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) "
             "AS c(id, attempts) WHERE j.id = c.id "
             "AND j.attempts = COALESCE(c.attempts, j.attempts) "
-            "AND j.queue_key = {queue_key} AND j.worker_id = %(worker)s AND j.deadline >= {now}"
+            "AND j.queue = %(queue)s AND j.worker_id = %(worker)s AND j.deadline >= {now}"
         )
         self.retry = render(
             "UPDATE {s}.jobs SET deadline = NULL, run_at = {now} + %(delay)s, "
