@@ -264,6 +264,12 @@ def _skip_scan(name: str, table: str, where: str) -> str:
     )
 
 
+# A probe first, run once per statement: an index scan stopping at the first
+# lapsed claim. Without it the planner reads the queue's lapsed range of
+# jobs_claimed with a bitmap scan, which never marks the entries of acked jobs
+# dead, so until a vacuum every claim read all of them again; an index scan
+# marks each one it passes, and later claims skip it.
+_ANY_LAPSED = "EXISTS (SELECT 1 FROM {s}.jobs WHERE queue_key = {queue_key} AND deadline < {now})"
 _EXPIRED = "FROM {s}.jobs WHERE queue_key = k AND expires_at <= c.now AND deadline IS NULL"
 _QUEUE_STATS = (
     "WITH RECURSIVE clock(now) AS (SELECT {now}), "
@@ -358,9 +364,9 @@ class Statements:
             "visibility, backoff, retention, traceparent)"
         )
         self.lapsed_to_dead = render(
-            f"WITH moved AS (DELETE FROM {{s}}.jobs WHERE id IN ("
-            "SELECT id FROM {s}.jobs WHERE queue_key = {queue_key} AND deadline < {now} "
-            "AND attempts >= max_attempts FOR UPDATE SKIP LOCKED) "
+            "WITH moved AS (DELETE FROM {s}.jobs WHERE id IN ("
+            "SELECT id FROM {s}.jobs WHERE " + _ANY_LAPSED + " AND queue_key = {queue_key} "
+            "AND deadline < {now} AND attempts >= max_attempts FOR UPDATE SKIP LOCKED) "
             f"RETURNING {_MOVED}) "
             f"INSERT INTO {{s}}.dead ({_DEAD_COLUMNS}) SELECT {_MOVED}, %(lapsed)s, {{now}} "
             "FROM moved"
@@ -369,8 +375,8 @@ class Statements:
         # lapsing between the two statements must still go to dead letters.
         self.lapsed_to_pending = render(
             "UPDATE {s}.jobs SET deadline = NULL WHERE id IN ("
-            "SELECT id FROM {s}.jobs WHERE queue_key = {queue_key} AND deadline < {now} "
-            "AND attempts < max_attempts FOR UPDATE SKIP LOCKED)"
+            "SELECT id FROM {s}.jobs WHERE " + _ANY_LAPSED + " AND queue_key = {queue_key} "
+            "AND deadline < {now} AND attempts < max_attempts FOR UPDATE SKIP LOCKED)"
         )
         self.claim = render(
             "UPDATE {s}.jobs SET attempts = attempts + 1, "
