@@ -8,7 +8,8 @@ import pickle
 import pytest
 
 from alkstore import Codec, StreamEvent
-from alkstore.engine import EventRow, stream_events
+from alkstore._event_rows import EventRow
+from alkstore.engine import stream_events
 
 
 def test_an_event_from_a_row_is_the_constructed_event() -> None:

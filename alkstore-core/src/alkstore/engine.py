@@ -49,7 +49,7 @@ from alkstore._commit_cursor import CommitCursor
 from alkstore._contract import CONTRACT_VERSION
 from alkstore._discovery import LIBPQ_KEYWORDS, load_engine, redact
 from alkstore._engine_settings import settings_from_options
-from alkstore._event_rows import EventRow, stream_events
+from alkstore._event_rows import stream_events
 from alkstore._every import PlacedSchedule, place_schedule
 from alkstore._fanout import WakeFanout
 from alkstore._inspect import Inspector
@@ -85,7 +85,6 @@ __all__ = [
     "DueSchedule",
     "DueSchedules",
     "Engine",
-    "EventRow",
     "Fired",
     "Inspector",
     "Job",
