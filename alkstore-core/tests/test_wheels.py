@@ -71,7 +71,7 @@ def test_engines_and_plugin_depend_on_a_range_of_core(wheels: dict[str, zipfile.
         metadata = wheel.read(
             next(name for name in wheel.namelist() if name.endswith(".dist-info/METADATA"))
         ).decode()
-        assert "Requires-Dist: alkstore-core<0.2,>=0.1.0.dev3" in metadata
+        assert "Requires-Dist: alkstore-core<0.2,>=0.1.0.dev4" in metadata
 
 
 def test_core_depends_only_on_the_cron_parser_zone_data_and_its_extras(

@@ -16,7 +16,7 @@ from alkstore._errors import EngineNotFound
 
 __all__ = ["CONTRACT_VERSION", "check_contract_version"]
 
-CONTRACT_VERSION = "1.7"
+CONTRACT_VERSION = "1.8"
 """The version of the engine contract (``alkstore.engine``) this core implements."""
 
 _VERSION = re.compile(r"([0-9]+)\.([0-9]+)")

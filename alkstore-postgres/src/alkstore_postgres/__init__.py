@@ -37,7 +37,7 @@ class PostgresEngine(Engine):
 
     name = "postgres"
     schemes = ("postgres", "postgresql")
-    contract_version = "1.7"
+    contract_version = "1.8"
     capabilities = CAPABILITIES
 
     def open(self, target: str, **options: Any) -> PostgresStore:

@@ -30,7 +30,7 @@ class SQLiteEngine(Engine):
 
     name = "sqlite"
     schemes = ("sqlite",)
-    contract_version = "1.7"
+    contract_version = "1.8"
     capabilities = CAPABILITIES
 
     def open(self, target: str, **options: Any) -> SQLiteStore:
