@@ -27,10 +27,7 @@ class AsyncJob(ClaimedJob["AsyncQueue"]):
     async def ack(self) -> bool:
         """Finish the job: delete its row. False if the claim was lost."""
         self._queue._store._check_open()
-        acked = self._note(not self._released and await self._queue._ack_job(self), "acked")
-        if acked:  # the job is done for good: its claim needs no fencing any more
-            self._queue._store._claims.forget(self.queue, (self.id,))
-        return acked
+        return self._acked(not self._released and await self._queue._ack_job(self))
 
     async def retry(self, error: str | BaseException, delay_s: float | None = None) -> bool:
         """Release the job for another attempt after ``delay_s`` seconds (see ``Job.retry``)."""

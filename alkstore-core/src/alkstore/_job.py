@@ -9,17 +9,26 @@ from alkstore._options import check_duration
 from alkstore._payload import HasPayload
 
 if TYPE_CHECKING:
+    from alkstore._claims import ClaimLedger
     from alkstore._queue import Queue  # noqa: F401 - named in a base class as a string
 
 __all__ = ["ClaimedJob", "Job", "describe_error"]
 
 
-class _Named(Protocol):
+class _ClaimingStore(Protocol):
+    @property
+    def _claims(self) -> ClaimLedger: ...
+
+
+class _ClaimingQueue(Protocol):
     @property
     def name(self) -> str: ...
 
+    @property
+    def _store(self) -> _ClaimingStore: ...
 
-Q = TypeVar("Q", bound=_Named)
+
+Q = TypeVar("Q", bound=_ClaimingQueue)
 
 
 class ClaimedJob(HasPayload, Generic[Q]):
@@ -104,6 +113,13 @@ class ClaimedJob(HasPayload, Generic[Q]):
             self._outcome = (how, error)
         return settled
 
+    def _acked(self, acked: bool) -> bool:
+        """:meth:`_note` an ack; an acked job's claim needs no fencing any more (its
+        id is never claimed again), so the store's ledger forgets it."""
+        if self._note(acked, "acked"):
+            self._queue._store._claims.forget(self.queue, (self.id,))
+        return acked
+
     def _retry_delay(self, delay_s: float | None) -> float:
         """The delay a ``retry(error, delay_s)`` asks for: checked, or from the backoff curve."""
         if delay_s is None:
@@ -132,10 +148,7 @@ class Job(ClaimedJob["Queue"]):
     def ack(self) -> bool:
         """Finish the job: delete its row. False if the claim was lost."""
         self._queue._store._check_open()
-        acked = self._note(not self._released and self._queue._ack_job(self), "acked")
-        if acked:  # the job is done for good: its claim needs no fencing any more
-            self._queue._store._claims.forget(self.queue, (self.id,))
-        return acked
+        return self._acked(not self._released and self._queue._ack_job(self))
 
     def retry(self, error: str | BaseException, delay_s: float | None = None) -> bool:
         """Release the job for another attempt after ``delay_s`` seconds.
