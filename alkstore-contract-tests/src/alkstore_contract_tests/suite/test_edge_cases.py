@@ -98,6 +98,23 @@ def test_ack_batch_by_id_acks_the_claim_this_store_handed_out(store: alkstore.St
     assert all(queue.get_job(job_id) is None for job_id in ids)
 
 
+def test_ack_batch_acks_only_its_own_queues_jobs(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    """Ids of another queue's jobs, claimed by the same worker id, ack nothing,
+    through this store or another; the jobs stay claimed."""
+    mine, other = store.queue("mine"), store.queue("other")
+    job_id = other.enqueue("work")
+    claimed = other.claim_one("w")
+    assert claimed is not None
+    assert mine.ack_batch([job_id], "w") == 0
+    assert peer.queue("mine").ack_batch([job_id], "w") == 0
+    info = other.get_job(job_id)
+    assert info is not None
+    assert info.state == "processing"
+    assert other.ack_batch([job_id], "w") == 1
+
+
 def test_ack_batch_by_id_from_another_store_acks_the_workers_current_claim(
     store: alkstore.Store, peer: alkstore.Store
 ) -> None:
