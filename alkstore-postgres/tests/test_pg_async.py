@@ -156,8 +156,8 @@ def test_operations_cancelled_at_random_points_leave_nothing_open_and_lose_no_jo
             workers = [_fuzz_worker(store, ledger, random.Random(seed), 400) for seed in range(8)]
             timed_out = sum(await asyncio.wait_for(asyncio.gather(*workers), 45))
             # Nothing is left in a transaction or mid-statement, and the pool works.
-            states = [state for state, _ in _backends(dsn, application_name)]
-            assert all(state == "idle" for state in states), states
+            backends = await _once_cleanups_ran(dsn, application_name)
+            assert all(state == "idle" for state, _ in backends), backends
             stats = store.pool.get_stats()
             assert stats.get("requests_waiting", 0) == 0, stats
             # Claims a cancellation lost come back after their visibility timeout.
@@ -179,6 +179,20 @@ def test_operations_cancelled_at_random_points_leave_nothing_open_and_lose_no_jo
     while (left := _backends(dsn, application_name)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert left == []
+
+
+async def _once_cleanups_ran(dsn: str, application_name: str) -> list[tuple[str, str]]:
+    """The backends of ``application_name`` once no backend is busy any more, or
+    after 5 s. A cancelled operation's caller goes on while its shielded clean-up
+    (a rollback, a connection closed or given back) still runs, on the loop and
+    on the server: a connection left in a transaction stays so, one being
+    cleaned up does not."""
+    deadline = time.monotonic() + 5
+    while True:
+        backends = await asyncio.to_thread(_backends, dsn, application_name)
+        if all(state == "idle" for state, _ in backends) or time.monotonic() > deadline:
+            return backends
+        await asyncio.sleep(0.05)
 
 
 async def _drain(store: PostgresAsyncStore) -> set[int]:
@@ -211,6 +225,37 @@ def test_a_cancelled_transaction_block_rolls_back_and_gives_its_connection_back(
                 assert await asyncio.wait_for(store.queue("t").enqueue(round_), 5) > 0
             jobs = await store.queue("t").claim_batch("w", 100)
             assert sorted(job.payload for job in jobs) == list(range(20))
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_checkout_cancelled_while_it_checks_the_connection_gives_it_back(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pooled connection that has input waiting costs a round trip to check
+    before it is handed out (here made slow); a cancellation during that round
+    trip must not lose the connection from the pool."""
+    import alkstore_postgres._async_store as async_store
+
+    still_connected = async_store._still_connected
+
+    async def slow_check(connection: psycopg.AsyncConnection) -> bool:
+        await asyncio.sleep(0.2)
+        return await still_connected(connection)
+
+    monkeypatch.setattr(async_store, "_still_connected", slow_check)
+
+    async def scenario() -> None:
+        store = await _open(dsn, schema, pool_max_size=1, connect_timeout_s=2)
+        try:
+            for round_ in range(3):
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(store.queue("t").enqueue(round_), 0.1)
+                # The pool's only connection is back: the next checkout gets it.
+                assert await asyncio.wait_for(store.queue("t").enqueue(round_), 5) > 0
+            assert store.pool.get_stats()["connections_num"] == 1
         finally:
             await store.close()
 

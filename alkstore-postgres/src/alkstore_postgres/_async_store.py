@@ -155,7 +155,12 @@ class PostgresAsyncStore(AsyncStore):
         (see ``PostgresStore._checkout``); pair it with :meth:`give_back`."""
         for _ in range(self.settings.pool_max_size):
             connection = await self.pool.getconn()
-            if await _still_connected(connection):
+            try:
+                connected = await _still_connected(connection)
+            except BaseException:  # cancelled mid-check: the pool must not lose it
+                await self.give_back(connection)
+                raise
+            if connected:
                 return connection
             await self.give_back(connection)
         return await self.pool.getconn()  # every one was stale: the pool made these since
