@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 import psycopg
@@ -43,6 +44,44 @@ def test_statements_in_a_transaction_see_its_held_enqueues_in_order(store: Postg
         found = connection.execute(f"SELECT count(*) FROM {_table(store, 'jobs')}").fetchone()
         assert found == (3,)
     assert [job.id for job in store.queue("q").claim_batch("w", 10)] == [first, second, third]
+
+
+def test_held_enqueues_of_many_queues_and_stamps_keep_each_jobs_own(store: PostgresStore) -> None:
+    """Held rows go out with their distinct stamps once each: every job must
+    still get its own queue, priority, times, attempts and lease."""
+    store.queue("slow", alkstore.QueueOpts(visibility_timeout_s=90, max_attempts=7))
+    store.queue("fast", alkstore.QueueOpts(visibility_timeout_s=5, max_attempts=2))
+    run_at = time.time() + 3600
+    asked = [
+        ("slow", None),
+        ("fast", None),
+        ("slow", alkstore.EnqueueOpts(priority=9)),
+        ("fast", alkstore.EnqueueOpts(run_at=run_at)),
+        ("slow", None),
+        ("other", alkstore.EnqueueOpts(delay=60, expires=120, max_attempts=4)),
+        ("fast", alkstore.EnqueueOpts(priority=9)),
+    ]
+    started = time.time()
+    with store.transaction() as tx:
+        ids = [tx.enqueue_tx(queue, opts, n) for n, (queue, opts) in enumerate(asked)]
+    for n, ((queue, opts), job_id) in enumerate(zip(asked, ids, strict=True)):
+        job = store.queue(queue).get_job(job_id)
+        assert job is not None
+        assert (job.queue, job.payload) == (queue, n)
+        assert job.max_attempts == {"slow": 7, "fast": 2, "other": 4}[queue]
+        assert job.priority == (opts.priority if opts is not None else 0)
+        if opts is not None and opts.run_at is not None:
+            assert job.run_at == run_at
+        elif opts is not None and opts.delay:
+            assert started + 60 <= job.run_at <= time.time() + 60
+            assert job.expires_at is not None
+            assert job.expires_at - job.created_at == 120
+        else:
+            assert (job.run_at, job.expires_at) == (job.created_at, None)
+    claimed = {job.id: job for job in store.queue("slow").claim_batch("w", 10)}
+    assert [job.priority for job in claimed.values()] == [9, 0, 0]
+    assert {job.visibility_timeout_s for job in claimed.values()} == {90}
+    assert {job.id for job in store.queue("fast").claim_batch("w", 10)} == {ids[1], ids[6]}
 
 
 def test_a_held_enqueue_the_server_refuses_fails_the_commit_and_rolls_back_everything(

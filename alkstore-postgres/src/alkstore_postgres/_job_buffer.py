@@ -2,10 +2,11 @@
 
 A store reserves job ids from the table's sequence ahead of use, in blocks
 (:class:`JobIds`), so ``enqueue_tx`` returns its id at once and the row waits
-in the transaction's :class:`JobBuffer`. The waiting rows go out as one
-statement of column arrays, with one wake per queue, pipelined before
-anything else runs on the connection and always before commit: a
-transaction of a hundred enqueues is one round trip, not a hundred.
+in the transaction's :class:`JobBuffer`, without a plan run for it while an
+id is reserved. The waiting rows go out as one statement of column arrays,
+each distinct stamp (queue and options) sent once, with one wake per queue,
+pipelined before anything else runs on the connection and always before
+commit: a transaction of a hundred enqueues is one round trip, not a hundred.
 
 Reserved ids are never handed out twice; ids reserved by a process that
 ends unused are gaps, as sequences always allow.
@@ -13,9 +14,10 @@ ends unused are gaps, as sequences always allow.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from alkstore.engine import JobStamp, queue_wake_key
 from alkstore_postgres._names import wake_params
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JobBuffer", "JobIds"]
 
-_BUFFERED_COLUMNS = ("id", "payload", *STAMP_COLUMNS, "traceparent")
+_ROW_COLUMNS = ("id", "payload", "traceparent", "stamp")
 _FIRST_BLOCK = 16
 _LARGEST_BLOCK = 4096
 
@@ -51,6 +53,11 @@ class JobIds:
     def __repr__(self) -> str:
         return f"<JobIds {len(self._ids)} reserved, next block {self._block}>"
 
+    def take_reserved(self) -> int | None:
+        """The next reserved id, or None when none is left (:meth:`take` reserves)."""
+        with self._lock:
+            return self._ids.popleft() if self._ids else None
+
     def take(self) -> Plan[int]:
         """The next reserved id, reserving a block when none is left."""
         while True:
@@ -70,33 +77,55 @@ class JobBuffer:
     def __init__(self, sql: Statements, ids: JobIds) -> None:
         self._sql = sql
         self._ids = ids
-        self._rows: list[tuple[Any, ...]] = []
-        self._queues: set[str] = set()
+        self._rows: list[tuple[int, str, str | None, int]] = []
+        """Each held job's id, payload, trace context and stamp number (1-based)."""
+        self._stamps: dict[tuple[str, JobStamp], int] = {}
+        """The held jobs' distinct queues and stamps (but for the trace context),
+        numbered from 1."""
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def __repr__(self) -> str:
-        return f"<JobBuffer {len(self._rows)} jobs for {sorted(self._queues)}>"
+        return f"<JobBuffer {len(self._rows)} jobs for {sorted(self._queues())}>"
 
     def enqueue(self, queue: str, stamp: JobStamp, payload_json: str) -> Plan[int]:
         """Hold a job for the transaction; its id."""
         job_id = yield from self._ids.take()
-        self._rows.append((job_id, payload_json, *stamp_columns(queue, stamp), stamp.traceparent))
-        self._queues.add(queue)
+        self._hold(job_id, queue, stamp, payload_json)
         return job_id
+
+    def enqueue_at_once(self, queue: str, stamp: JobStamp, payload_json: str) -> int | None:
+        """Hold a job under an id reserved already; its id, or None (nothing held)
+        when none is left: then :meth:`enqueue` reserves more."""
+        job_id = self._ids.take_reserved()
+        if job_id is not None:
+            self._hold(job_id, queue, stamp, payload_json)
+        return job_id
+
+    def _hold(self, job_id: int, queue: str, stamp: JobStamp, payload_json: str) -> None:
+        traceparent = stamp.traceparent
+        if traceparent is not None:  # one per job: kept by the row, not the stamp
+            stamp = dataclasses.replace(stamp, traceparent=None)
+        number = self._stamps.setdefault((queue, stamp), len(self._stamps) + 1)
+        self._rows.append((job_id, payload_json, traceparent, number))
+
+    def _queues(self) -> set[str]:
+        return {queue for queue, _ in self._stamps}
 
     def take_statements(self) -> list[Statement]:
         """The statements that send the held rows, and a wake for each of their
         queues (to pipeline); the buffer is empty afterwards."""
         if not self._rows:
             return []
-        rows, queues = self._rows, self._queues
-        self._rows, self._queues = [], set()
-        columns = dict(zip(_BUFFERED_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
+        rows, stamps, queues = self._rows, self._stamps, self._queues()
+        self._rows, self._stamps = [], {}
+        params = dict(zip(_ROW_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
+        stamp_rows = (stamp_columns(queue, stamp) for queue, stamp in stamps)
+        params.update(zip(STAMP_COLUMNS, map(list, zip(*stamp_rows, strict=True)), strict=True))
         schema = self._sql.schema
         return [
-            Statement(self._sql.enqueue_reserved, columns),
+            Statement(self._sql.enqueue_reserved, params),
             *(
                 Statement(self._sql.notify, wake_params(schema, queue_wake_key(queue)))
                 for queue in sorted(queues)
@@ -106,4 +135,4 @@ class JobBuffer:
     def discard(self) -> None:
         """Forget the held rows (the transaction rolled back)."""
         self._rows.clear()
-        self._queues.clear()
+        self._stamps.clear()

@@ -39,6 +39,19 @@ def key_of(expression: str) -> str:
     return f"sha256(convert_to({expression}, 'UTF8'))"
 
 
+_STAMP_TYPES = {
+    "queue": "text", "priority": "int", "run_at": "float8", "delay": "float8",
+    "expires_in": "float8", "max_attempts": "int", "visibility": "float8",
+    "backoff": "float8", "retention": "float8",
+}  # fmt: skip
+
+
+def _stamped(column: str) -> str:
+    """SQL for a buffered row's ``column`` of ``STAMP_COLUMNS``: the element of its
+    stamp in that column's array (see ``Statements.enqueue_reserved``)."""
+    return f"(%({column})b::{_STAMP_TYPES[column]}[])[t.stamp]"
+
+
 _KEYS = {
     "queue_key": key_of("%(queue)s"),
     "stream_key": key_of("%(stream)s"),
@@ -347,21 +360,20 @@ class Statements:
             "SELECT nextval(pg_get_serial_sequence({jobs_table}, 'id')) "
             "FROM generate_series(1, %(reserve)s)"
         )
-        # One statement for any number of rows: a column array per parameter, sent
-        # in binary (%(...)b): text arrays would be escaped element by element.
+        # One statement for any number of rows, its parameters arrays sent in binary
+        # (%(...)b: text arrays would be escaped element by element): a column array
+        # for each per-row value, and the distinct stamps of the rows (most often
+        # one), which each row names by its place (1-based) in the stamp arrays.
         self.enqueue_reserved = render(
             "INSERT INTO {s}.jobs (id, queue_key, queue, payload, priority, run_at, created_at, "
             "expires_at, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, "
-            "traceparent) "
-            f"OVERRIDING SYSTEM VALUE SELECT id, {key_of('queue')}, queue, payload, priority, "
-            "COALESCE(run_at, {now} + delay), {now}, "
-            "{now} + expires_in, max_attempts, visibility, backoff, retention, traceparent "
-            "FROM unnest(%(id)b::bigint[], %(queue)b::text[], %(payload)b::text[], "
-            "%(priority)b::int[], %(run_at)b::float8[], %(delay)b::float8[], "
-            "%(expires_in)b::float8[], %(max_attempts)b::int[], %(visibility)b::float8[], "
-            "%(backoff)b::float8[], %(retention)b::float8[], %(traceparent)b::text[]) "
-            "AS t(id, queue, payload, priority, run_at, delay, expires_in, max_attempts, "
-            "visibility, backoff, retention, traceparent)"
+            f"traceparent) OVERRIDING SYSTEM VALUE SELECT id, {key_of(_stamped('queue'))}, "
+            f"{_stamped('queue')}, payload, {_stamped('priority')}, "
+            f"COALESCE({_stamped('run_at')}, {{now}} + {_stamped('delay')}), {{now}}, "
+            f"{{now}} + {_stamped('expires_in')}, {_stamped('max_attempts')}, "
+            f"{_stamped('visibility')}, {_stamped('backoff')}, {_stamped('retention')}, "
+            "traceparent FROM unnest(%(id)b::bigint[], %(payload)b::text[], "
+            "%(traceparent)b::text[], %(stamp)b::int[]) AS t(id, payload, traceparent, stamp)"
         )
         self.lapsed_to_dead = render(
             "WITH moved AS (DELETE FROM {s}.jobs WHERE id IN ("

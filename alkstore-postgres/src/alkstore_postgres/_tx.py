@@ -70,6 +70,9 @@ class PostgresTx(TxHandle):
 
     def _enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
         self._check_still_open()
+        job_id = self._plans.enqueue_at_once(queue, stamp, payload_json)
+        if job_id is not None:
+            return job_id
         return self._run(self._plans.enqueue(queue, stamp, payload_json))
 
     def _publish_tx(self, stream: str, key: str | None, payload_json: str) -> int:

@@ -116,6 +116,14 @@ class TxPlans:
         if self._events is not None:
             self._events.forget_heads()
 
+    def enqueue_at_once(self, queue: str, stamp: JobStamp, payload_json: str) -> int | None:
+        """The id of a job held back without running a plan (most enqueues of a
+        transaction that holds back: an id is reserved), else None: run
+        :meth:`enqueue`."""
+        if self._jobs is None or stamp.key is not None:
+            return None
+        return self._jobs.enqueue_at_once(queue, stamp, payload_json)
+
     def enqueue(self, queue: str, stamp: JobStamp, payload_json: str) -> Plan[int]:
         yield Operation(f"enqueue into {queue!r}")
         if self._jobs is None or stamp.key is not None:  # a keyed one may write nothing
