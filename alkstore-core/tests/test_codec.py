@@ -88,10 +88,22 @@ def test_codec_errors_are_alkstore_errors_and_value_errors() -> None:
         encode({1, 2})
 
 
-@pytest.mark.parametrize("text", ["", "{", "NaN", "[1,]", "{'a': 1}"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "{", "NaN", "-Infinity", "[1,]", "{'a': 1}", "1 2", "[1]]", '"a"x', " ", "[" * 100_000],
+)
 def test_decoding_text_that_is_not_json_raises_codec(text: str) -> None:
     with pytest.raises(alkstore.Codec, match="not valid JSON"):
         decode(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [(" 1", 1), ("1\n", 1), ('\t {"a": [1, 2]} \r\n', {"a": [1, 2]}), ('"x"', "x")],
+)
+def test_stored_text_may_have_whitespace_around_its_value(text: str, value: object) -> None:
+    """What ``encode`` writes has none, but a row written by other means may."""
+    assert decode(text) == value
 
 
 def _types(value: Any) -> Any:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from alkstore._errors import Codec
@@ -32,6 +33,12 @@ def _refuse_constant(name: str) -> object:
 
 # Made once: json.loads(text, parse_constant=...) builds a decoder per call.
 _decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+
+# The decoder's scanner, called directly for text that is one JSON value and
+# nothing around it (all that ``encode`` writes): ``JSONDecoder.decode`` adds
+# two Python calls and two whitespace matches, more than the scan of a small
+# payload costs, and every claimed job and read event is decoded.
+_scan_once: Callable[[str, int], tuple[Any, int]] = getattr(_decoder, "scan_once")  # noqa: B009 - typeshed omits it
 
 _encoder = json.JSONEncoder(
     ensure_ascii=False,
@@ -80,6 +87,14 @@ def decode(text: str | bytes) -> Any:
     Raises:
         Codec: ``text`` is not valid JSON.
     """
+    if type(text) is str:
+        try:
+            value, end = _scan_once(text, 0)
+        except (StopIteration, ValueError, RecursionError):
+            pass  # decoded again below, which says why it fails
+        else:
+            if end == len(text):
+                return value
     try:
         if not isinstance(text, str):
             text = text.decode(json.detect_encoding(text), "surrogatepass")
