@@ -103,6 +103,32 @@ def test_connections_the_server_closed_as_idle_fail_no_user_call(dsn: str, schem
         store.close()
 
 
+def test_a_checkout_interrupted_while_it_checks_the_connection_gives_it_back(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``KeyboardInterrupt`` (caught by a REPL, say) during the check of a pooled
+    connection must not lose the connection from the pool."""
+    import alkstore_postgres._store as sync_store
+
+    still_connected = sync_store._still_connected
+    interrupts = iter([True, False])
+
+    def interrupted_once(connection: psycopg.Connection) -> bool:
+        if next(interrupts, False):
+            raise KeyboardInterrupt
+        return still_connected(connection)
+
+    monkeypatch.setattr(sync_store, "_still_connected", interrupted_once)
+    store = alkstore.open(dsn, schema=schema, pool_max_size=1, connect_timeout_s=2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.queue("q").enqueue("interrupted")
+        job_id = store.queue("q").enqueue("next")  # the only connection is back
+        assert [job.id for job in store.queue("q").claim_batch("w", 10)] == [job_id]
+    finally:
+        store.close()
+
+
 def test_a_dropped_listener_reconnects_and_says_so(
     dsn: str, tagged: tuple[str, PostgresStore]
 ) -> None:

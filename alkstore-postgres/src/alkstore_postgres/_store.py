@@ -127,7 +127,12 @@ class PostgresStore(Store):
         """
         for _ in range(self.settings.pool_max_size):
             connection = self.pool.getconn()
-            if _still_connected(connection):
+            try:
+                connected = _still_connected(connection)
+            except BaseException:  # interrupted mid-check: the pool must not lose it
+                self.pool.putconn(connection)
+                raise
+            if connected:
                 return connection
             self.pool.putconn(connection)
         return self.pool.getconn()  # every one was stale: the pool made these since
