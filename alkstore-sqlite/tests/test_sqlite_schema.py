@@ -183,7 +183,7 @@ def test_a_version_1_file_is_upgraded_in_place_keeping_its_rows(path: str) -> No
             "nightly", "0 3 * * *", "jobs", 3, alkstore.ScheduleOpts(tz="Europe/Berlin")
         )
         assert nightly.tz == "Europe/Berlin"
-    assert stored_version(path) == str(SCHEMA_VERSION) == "4"
+    assert stored_version(path) == str(SCHEMA_VERSION) == "5"
     with alkstore.open(path) as store:  # and the upgraded file reopens as it is
         assert [s.tz for s in store.inspect().schedules()] == ["Europe/Berlin", None]
 
@@ -209,17 +209,60 @@ def test_a_version_2_file_gains_stream_trims_keeping_its_events(path: str) -> No
     assert stored_version(path) == str(SCHEMA_VERSION)
 
 
+def make_file_at_version(path: str, version: int) -> None:
+    """A file as alkstore-sqlite wrote it at schema ``version``, with no rows."""
+    with raw(path) as connection:
+        connection.execute(_schema._META)
+        for script in _schema._MIGRATIONS[:version]:
+            for statement in _schema._statements(script):
+                connection.execute(statement)
+        connection.execute(
+            "INSERT INTO __alkstore_meta VALUES ('schema_version', ?)", (str(version),)
+        )
+
+
 def test_a_version_3_file_gains_the_schedules_last_fire_keeping_them(path: str) -> None:
+    make_file_at_version(path, 3)
+    alter(
+        path,
+        "INSERT INTO __alkstore_schedules VALUES ('tick', '@every 1h', 3600, 'jobs', "
+        "'{\"v\": 1}', 0, NULL, NULL, 1000.0, 4600.0, NULL, NULL)",
+    )
     with alkstore.open(path) as store:
-        made = store.schedule("tick", "@every 1h", "jobs", {"v": 1})
-    with raw(path) as connection:  # the file as version 3 left it
-        connection.execute("ALTER TABLE __alkstore_schedules DROP COLUMN last_fired_at")
-        connection.execute("UPDATE __alkstore_meta SET value = '3' WHERE key = 'schema_version'")
-    with alkstore.open(path) as store:
-        assert store.inspect().schedules() == [made]
+        [made] = store.inspect().schedules()
+        assert made == alkstore.Schedule("tick", "@every 1h", "jobs", {"v": 1}, 4600.0)
         assert made.last_fire_at is None
         assert store.schedule("tick", "@every 1h", "jobs", 2).next_fire_at == made.next_fire_at
     assert stored_version(path) == str(SCHEMA_VERSION)
+
+
+def test_a_version_4_file_drops_autoincrement_keeping_rows_and_every_id_handed_out(
+    path: str,
+) -> None:
+    make_file_at_version(path, 4)
+    with raw(path) as connection:
+        for job_id, key in ((1, None), (2, "k")):
+            connection.execute(
+                "INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, "
+                "max_attempts, visibility_timeout_s, backoff_base_s, key) "
+                "VALUES (?, 'q', ?, 0, 0, 0, 3, 30, 1, ?)",
+                (job_id, f'"job {job_id}"', key),
+            )
+        # Jobs 3 to 7 were handed out and acked: their rows are gone, their ids used.
+        connection.execute("UPDATE sqlite_sequence SET seq = 7 WHERE name = '__alkstore_jobs'")
+    with alkstore.open(path) as store:
+        queue = store.queue("q")
+        assert queue.enqueue("again", alkstore.EnqueueOpts(key="k")) == 2  # the key index kept
+        assert queue.enqueue("new") == 8
+        assert [job.payload for job in queue.claim_batch("w", 10)] == ["job 1", "job 2", "new"]
+    assert stored_version(path) == str(SCHEMA_VERSION)
+    with raw(path) as connection:
+        [table_sql] = connection.execute(
+            "SELECT sql FROM sqlite_master WHERE name = '__alkstore_jobs'"
+        ).fetchone()
+        sequences = connection.execute("SELECT name FROM sqlite_sequence").fetchall()
+    assert "AUTOINCREMENT" not in table_sql.upper()
+    assert ("__alkstore_jobs",) not in sequences
 
 
 def test_a_dropped_schedule_tz_column_is_refused(made: str) -> None:

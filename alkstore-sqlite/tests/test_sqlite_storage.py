@@ -22,7 +22,7 @@ from alkstore_sqlite._schema import SCHEMA_VERSION
 TABLES = {
     "__alkstore_meta", "__alkstore_jobs", "__alkstore_dead", "__alkstore_events",
     "__alkstore_offsets", "__alkstore_notices", "__alkstore_locks", "__alkstore_schedules",
-    "__alkstore_stream_trims",
+    "__alkstore_stream_trims", "__alkstore_job_ids",
 }  # fmt: skip
 
 

@@ -131,11 +131,58 @@ CREATE TABLE __alkstore_stream_trims (
 # Schedules remember the boundary they fired last (Schedule.last_fire_at).
 _V4 = "ALTER TABLE __alkstore_schedules ADD COLUMN last_fired_at REAL;"
 
+# Job ids without AUTOINCREMENT, which wrote sqlite_sequence on every enqueue.
+# An id is still never handed out twice: ENQUEUE takes one past both the
+# table's largest id and the largest id whose row has gone, which the trigger
+# records only when the newest row is deleted (a queue with a backlog never
+# writes it). The table is rebuilt without the keyword, rows and ids kept.
+_V5 = """
+CREATE TABLE __alkstore_job_ids (highest_gone INTEGER NOT NULL);
+INSERT INTO __alkstore_job_ids (highest_gone)
+    SELECT coalesce(max(seq), 0) FROM sqlite_sequence WHERE name = '__alkstore_jobs';
+CREATE TABLE __alkstore_jobs_rebuilt (
+    id INTEGER PRIMARY KEY,
+    queue TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    run_at REAL NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    max_attempts INTEGER NOT NULL,
+    visibility_timeout_s REAL NOT NULL,
+    backoff_base_s REAL NOT NULL,
+    retention_s REAL,
+    worker_id TEXT,
+    deadline REAL,
+    last_error TEXT,
+    key TEXT,
+    traceparent TEXT
+);
+INSERT INTO __alkstore_jobs_rebuilt SELECT id, queue, payload, priority, run_at, created_at,
+    expires_at, attempts, max_attempts, visibility_timeout_s, backoff_base_s, retention_s,
+    worker_id, deadline, last_error, key, traceparent FROM __alkstore_jobs;
+DROP TABLE __alkstore_jobs;
+ALTER TABLE __alkstore_jobs_rebuilt RENAME TO __alkstore_jobs;
+CREATE INDEX __alkstore_jobs_ready
+    ON __alkstore_jobs (queue, priority DESC, run_at, id) WHERE deadline IS NULL;
+CREATE INDEX __alkstore_jobs_claimed
+    ON __alkstore_jobs (queue, deadline) WHERE deadline IS NOT NULL;
+CREATE INDEX __alkstore_jobs_expiring
+    ON __alkstore_jobs (queue, expires_at) WHERE expires_at IS NOT NULL;
+CREATE UNIQUE INDEX __alkstore_jobs_key ON __alkstore_jobs (queue, key) WHERE key IS NOT NULL;
+CREATE TRIGGER __alkstore_jobs_keep_ids AFTER DELETE ON __alkstore_jobs
+    WHEN OLD.id > coalesce((SELECT max(id) FROM __alkstore_jobs), 0)
+BEGIN
+    UPDATE __alkstore_job_ids SET highest_gone = OLD.id WHERE highest_gone < OLD.id;
+END;
+"""
+
 _META = (
     "CREATE TABLE IF NOT EXISTS __alkstore_meta "
     "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
 )
-_MIGRATIONS = (_V1, _V2, _V3, _V4)
+_MIGRATIONS = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 # Every engine table with its columns, one row per column (pragma_table_info
@@ -250,5 +297,15 @@ def _expected_shape() -> Shape:
 
 
 def _statements(script: str) -> list[str]:
+    """The statements of ``script``, one each: a trigger's body keeps its own ``;``."""
     lines = [line for line in script.splitlines() if not line.lstrip().startswith("--")]
-    return [statement.strip() for statement in "\n".join(lines).split(";") if statement.strip()]
+    statements: list[str] = []
+    pending = ""
+    for piece in "\n".join(lines).split(";"):
+        pending += piece + ";"
+        if sqlite3.complete_statement(pending):
+            statements.append(pending.strip().removesuffix(";"))
+            pending = ""
+    if pending.strip(" \n;"):
+        statements.append(pending.strip().removesuffix(";"))
+    return [statement for statement in statements if statement]

@@ -14,10 +14,17 @@ JOB_COLUMNS = (
     "worker_id, deadline, last_error, key"
 )
 
+# A new job's id: past every id handed out, those still in the table and
+# those whose rows have gone (__alkstore_job_ids, kept by a delete trigger).
+# Without AUTOINCREMENT no enqueue writes sqlite_sequence; only a delete of the
+# newest row writes the high-water mark.
 ENQUEUE = """
-INSERT INTO __alkstore_jobs (queue, payload, priority, run_at, created_at, expires_at,
+INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
     max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key, traceparent)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+VALUES (
+    max(coalesce((SELECT max(id) FROM __alkstore_jobs), 0),
+        (SELECT highest_gone FROM __alkstore_job_ids)) + 1,
+    ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 
 # A keyed job is written only if no live job of its queue has its key: else
@@ -29,7 +36,7 @@ ENQUEUE_KEYED = f"""
 LIVE_JOB_WITH_KEY = "SELECT id, expires_at FROM __alkstore_jobs WHERE queue = ? AND key = ?"
 
 # A transaction's later enqueues, sent together: it holds the write lock, so
-# the ids after its first insert are known (AUTOINCREMENT: the largest + 1).
+# the ids after its first insert are known (ENQUEUE's: the largest + 1).
 ENQUEUE_WITH_ID = """
 INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
     max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key, traceparent)

@@ -101,6 +101,28 @@ def test_ack_deletes_the_row_once(store: alkstore.Store) -> None:
     assert queue.get_job(job_id) is None
 
 
+def test_a_job_id_is_never_handed_out_again(store: alkstore.Store, peer: alkstore.Store) -> None:
+    """Not once the newest job is acked, dead and purged, or cancelled, nor to
+    another store: a stale handle can never settle a newer job."""
+    queue = store.queue("q")
+    handed_out = [queue.enqueue("acked")]
+    acked = claim(queue)
+    assert acked.ack()
+    handed_out.append(queue.enqueue("failed"))
+    assert claim(queue).fail("x")
+    assert queue.purge_dead() == 1
+    handed_out.append(peer.queue("q").enqueue("cancelled"))
+    assert queue.cancel(handed_out[-1])
+    with store.transaction() as tx:
+        handed_out.append(tx.enqueue_tx("q", None, "in a transaction"))
+        handed_out.append(tx.enqueue_tx("q", None, "and its next"))
+    assert queue.ack_batch(queue.claim_batch("w", 10), "w") == 2
+    handed_out.append(peer.queue("other").enqueue("last"))
+    assert handed_out == sorted(set(handed_out)), f"an id came back: {handed_out}"
+    assert not acked.ack()
+    assert claim(peer.queue("other")).payload == "last"
+
+
 def test_a_lapsed_claim_is_claimable_again_and_the_reclaim_eats_an_attempt(
     store: alkstore.Store, peer: alkstore.Store
 ) -> None:
