@@ -356,8 +356,10 @@ class Statements:
             "AND key_digest = {job_key_digest}"
         )
         # Buffered enqueues of a transaction: ids reserved ahead, rows sent together.
+        # The sequence is looked up once (an InitPlan), not once per id: the lookup
+        # cost more than the nextval.
         self.reserve_job_ids = render(
-            "SELECT nextval(pg_get_serial_sequence({jobs_table}, 'id')) "
+            "SELECT nextval((SELECT pg_get_serial_sequence({jobs_table}, 'id')::regclass)) "
             "FROM generate_series(1, %(reserve)s)"
         )
         # One statement for any number of rows, its parameters arrays sent in binary
