@@ -262,6 +262,30 @@ def test_a_checkout_cancelled_while_it_checks_the_connection_gives_it_back(
     asyncio.run(scenario())
 
 
+def test_a_connection_given_back_goes_to_a_waiting_checkout_not_to_the_spare(
+    dsn: str, schema: str
+) -> None:
+    """With one pooled connection and many tasks, each connection given back
+    while another task waits on the pool reaches it at once: none waits out
+    the pool's timeout while the connection sits idle as the store's spare."""
+
+    async def scenario() -> None:
+        store = await _open(dsn, schema, pool_max_size=1, connect_timeout_s=3)
+        try:
+            queue = store.queue("t")
+            started = time.monotonic()
+            for round_ in range(5):
+                ids = await asyncio.gather(*(queue.enqueue([round_, n]) for n in range(20)))
+                assert len(set(ids)) == 20
+            assert time.monotonic() - started < 3, "a checkout waited for the pool's timeout"
+            assert len(await queue.claim_batch("w", 200)) == 100
+            assert store.pool.get_stats()["connections_num"] == 1
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
 async def _slow_transaction(store: PostgresAsyncStore) -> None:
     async with store.transaction() as tx:
         await tx.enqueue_tx("t", None, "never")
