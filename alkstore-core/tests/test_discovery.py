@@ -266,6 +266,18 @@ def test_open_refuses_what_is_not_a_target() -> None:
         alkstore.open("")
 
 
+@pytest.mark.parametrize("blank", [" ", "\t", " \n "])
+def test_a_blank_target_is_refused_and_creates_no_file(
+    blank: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import alkstore
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="empty or blank"):
+        alkstore.open(blank)
+    assert list(tmp_path.iterdir()) == []
+
+
 OTHER_CONTRACTS = TESTS / "distributions" / "other-contract-engines"
 
 

@@ -159,8 +159,15 @@ def test_a_file_that_is_not_a_database_is_a_database_error(tmp_path: Path) -> No
 
 
 def test_a_missing_folder_is_a_database_error_naming_the_file(tmp_path: Path) -> None:
-    with pytest.raises(alkstore.Database, match="nowhere"):
+    with pytest.raises(alkstore.Database, match=r"nowhere.* does not exist; create it first"):
         alkstore.open(tmp_path / "nowhere" / "app.db")
+
+
+def test_a_folder_is_refused_as_a_folder_and_left_alone(tmp_path: Path) -> None:
+    with pytest.raises(alkstore.Database, match="it is a folder, not a file") as raised:
+        alkstore.open(tmp_path)
+    assert str(tmp_path / "app.db") in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
 
 
 @contextmanager

@@ -239,8 +239,10 @@ def engine_for_target(target: str | os.PathLike[str]) -> tuple[Engine, str]:
         return load_engine("sqlite"), os.fspath(target)
     if not isinstance(target, str):
         raise TypeError(f"target must be a str or a path, not {type(target).__name__}")
-    if not target:
-        raise ValueError("target must not be empty: give a file path or a URL")
+    if not target.strip():
+        raise ValueError(
+            f"target must not be empty or blank ({target!r}): give a file path or a URL"
+        )
     return _engine_for(target), target
 
 

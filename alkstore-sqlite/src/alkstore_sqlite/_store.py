@@ -187,6 +187,7 @@ def _prepare_file(path: str, settings: Settings) -> None:
             refuses WAL, or holds engine tables this version cannot use
             (newer, altered or damaged: the message names what is wrong).
     """
+    _check_place(path)
     connection = connect(path, settings)
     try:
         with translate(f"preparing {path!r}"):
@@ -199,6 +200,20 @@ def _prepare_file(path: str, settings: Settings) -> None:
                 raise Database(f"cannot open {path!r}: {exc}") from None
     finally:
         connection.close()
+
+
+def _check_place(path: str) -> None:
+    """Refuse, saying why, the paths SQLite answers only "unable to open database file" for."""
+    if os.path.isdir(path):
+        raise Database(
+            f"opening {path!r} failed: it is a folder, not a file; give the path of a "
+            f"database file, such as {os.path.join(path, 'app.db')!r}"
+        )
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise Database(
+            f"opening {path!r} failed: its folder {folder!r} does not exist; create it first"
+        )
 
 
 def _switch_to_wal(connection: sqlite3.Connection, busy_timeout_s: float) -> str:
