@@ -29,7 +29,7 @@ from alkstore import RECONNECT_CHANNEL, Closed, Database, Wake
 from alkstore.engine import BufferedWakeReceiver, WakeFanout
 from alkstore_postgres._errors import reason
 from alkstore_postgres._names import channel_identifier
-from alkstore_postgres._wakes import BACKOFF_S, LISTEN, UNLISTEN, payload_key
+from alkstore_postgres._wakes import BACKOFF_S, LISTEN, UNLISTEN, LongKeys
 
 __all__ = ["AsyncListener"]
 
@@ -57,6 +57,7 @@ class AsyncListener:
         self._lock = threading.Lock()  # receivers may close on any thread
         self._users: dict[str, int] = {}
         """Live receivers per channel identifier: what the server must listen to."""
+        self._long_keys = LongKeys()
         self._listening: set[str] = set()
         """What the connection listens to (a LISTEN ran, no UNLISTEN was sent since)."""
         self._joiners: dict[str, list[asyncio.Future[None]]] = {}
@@ -81,6 +82,7 @@ class AsyncListener:
                 raise Closed("the store is closed")
             receiver = self._fanout.subscribe(key)
             self._users[identifier] = self._users.get(identifier, 0) + 1
+            self._long_keys.hold(key)
             # While down after an outage, the reconnect wake covers a new receiver;
             # before the first connection there is none to cover it: wait.
             joined = identifier in self._listening or (not self._up and self._owe_reconnect_wake)
@@ -139,6 +141,7 @@ class AsyncListener:
             if self._users[identifier]:
                 return
             del self._users[identifier]
+            self._long_keys.drop(key)
         self._nudge_soon()
 
     def _nudge_soon(self) -> None:
@@ -238,7 +241,7 @@ class AsyncListener:
         try:
             # Notifications that arrive while a statement runs reach the handler.
             connection.add_notify_handler(
-                lambda notice: self._fanout.deliver([payload_key(notice.payload)])
+                lambda notice: self._fanout.deliver(self._long_keys.keys_of([notice.payload]))
             )
             listening = await self._listen_to_every_user(connection)
         except BaseException:
@@ -276,11 +279,11 @@ class AsyncListener:
             connection.pgconn.consume_input()
             if connection.pgconn.status != psycopg.pq.ConnStatus.OK:
                 raise psycopg.OperationalError("the listener connection was lost")
-            keys = []
+            payloads = []
             while (notice := connection.pgconn.notifies()) is not None:
-                keys.append(payload_key(notice.extra.decode()))
-            if keys:
-                self._fanout.deliver(keys)
+                payloads.append(notice.extra.decode())
+            if payloads:
+                self._fanout.deliver(self._long_keys.keys_of(payloads))
 
     async def _listen_to_wanted(self, connection: psycopg.AsyncConnection) -> None:
         """LISTEN to the channels that gained receivers, UNLISTEN those that have

@@ -29,13 +29,14 @@ from psycopg import sql
 from alkstore import RECONNECT_CHANNEL, Closed, Database, Wake
 from alkstore.engine import BufferedWakeReceiver, WakeFanout
 from alkstore_postgres._errors import reason
-from alkstore_postgres._names import channel_identifier, stored, unstored
+from alkstore_postgres._names import DIGEST_TAG, channel_identifier, unstored, wake_payload
 
 __all__ = [
     "BACKOFF_S",
     "LISTEN",
     "UNLISTEN",
     "Listener",
+    "LongKeys",
     "notify_params",
     "notify_payload",
     "payload_key",
@@ -57,7 +58,7 @@ def notify_payload(key: str) -> str:
     PostgreSQL delivers equal (channel, payload) notifications of one
     transaction once; a serial number keeps each notify its own wake.
     """
-    return f"{_NOTIFY_TAG}{next(_notify_serial)}:{stored(key)}"
+    return f"{_NOTIFY_TAG}{next(_notify_serial)}:{wake_payload(key)}"
 
 
 def notify_params(schema: str, channel: str) -> dict[str, str]:
@@ -71,10 +72,47 @@ def notify_params(schema: str, channel: str) -> dict[str, str]:
 
 def payload_key(payload: str) -> str:
     """The key a notification's payload names, exactly: the inverse of
-    :func:`notify_payload`, and of ``stored`` for the engine's own wakes."""
+    :func:`notify_payload`, and of ``wake_payload`` for the engine's own wakes
+    (a long key's digest comes back as it was sent: see :class:`LongKeys`)."""
     if payload.startswith(_NOTIFY_TAG):
         payload = payload.partition(":")[2]
-    return unstored(payload)
+    return payload if payload.startswith(DIGEST_TAG) else unstored(payload)
+
+
+class LongKeys:
+    """A listener's receivers' keys too long for a notification's payload, by
+    the digest their notifications carry instead (``_names.wake_payload``).
+
+    Held from a key's first receiver to its last (under the listener's lock);
+    read by whoever hands notifications out.
+    """
+
+    def __init__(self) -> None:
+        self._by_digest: dict[str, str] = {}
+
+    def __repr__(self) -> str:
+        return f"<LongKeys {len(self._by_digest)}>"
+
+    def hold(self, key: str) -> None:
+        payload = wake_payload(key)
+        if payload.startswith(DIGEST_TAG):
+            self._by_digest[payload] = key
+
+    def drop(self, key: str) -> None:
+        self._by_digest.pop(wake_payload(key), None)
+
+    def keys_of(self, payloads: Iterable[str]) -> list[str]:
+        """The keys ``payloads`` name; a digest no receiver here holds names none."""
+        keys = []
+        for payload in payloads:
+            key = payload_key(payload)
+            if key.startswith(DIGEST_TAG):
+                found = self._by_digest.get(key)
+                if found is None:
+                    continue
+                key = found
+            keys.append(key)
+        return keys
 
 
 @dataclass(eq=False)
@@ -101,6 +139,7 @@ class Listener:
         self._fanout = WakeFanout(coalesce=False, on_unsubscribe=self._unsubscribed)
         self._users: dict[str, int] = {}
         """Live receivers per channel identifier: what the server must listen to."""
+        self._long_keys = LongKeys()
         self._listening: set[str] = set()
         """What the connection listens to, or will once the queued LISTENs ran."""
         self._commands: queue.Queue[_Command] = queue.Queue()
@@ -122,6 +161,7 @@ class Listener:
                 raise Closed("the store is closed")
             receiver = self._fanout.subscribe(key)
             self._users[identifier] = self._users.get(identifier, 0) + 1
+            self._long_keys.hold(key)
             needs_listen = identifier not in self._listening
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -186,6 +226,7 @@ class Listener:
             if self._users[identifier]:
                 return
             del self._users[identifier]
+            self._long_keys.drop(key)
         # Ordered after any LISTEN asked before: a subscribe right after this
         # close either finds the channel still listened, or queues its LISTEN after.
         self._commands.put(_Command("unlisten", identifier))
@@ -273,7 +314,7 @@ class Listener:
         connection = self._connect()
         # Notifications that arrive while a statement runs reach the handler, not _dispatch.
         connection.add_notify_handler(
-            lambda notice: self._fanout.deliver([payload_key(notice.payload)])
+            lambda notice: self._fanout.deliver(self._long_keys.keys_of([notice.payload]))
         )
         with self._lock:
             self._listening = set()  # subscribers from now on wait for their LISTEN
@@ -379,11 +420,11 @@ class Listener:
                 command.done.set()
 
     def _dispatch(self, connection: psycopg.Connection) -> None:
-        keys = []
+        payloads = []
         while (notice := connection.pgconn.notifies()) is not None:
-            keys.append(payload_key(notice.extra.decode()))
-        if keys:
-            self._fanout.deliver(keys)
+            payloads.append(notice.extra.decode())
+        if payloads:
+            self._fanout.deliver(self._long_keys.keys_of(payloads))
 
 
 def _run_all(connection: psycopg.Connection, statements: Iterable[sql.Composable]) -> None:
