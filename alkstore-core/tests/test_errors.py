@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import alkstore
+from alkstore.engine import DriverErrors
 
 VARIANTS = [
     alkstore.PayloadTooLarge,
@@ -52,3 +53,26 @@ def test_database_errors_chain_their_cause() -> None:
     with pytest.raises(alkstore.Database) as raised:
         failing_enqueue()
     assert raised.value.__cause__ is cause
+
+
+class _Failing(DriverErrors):
+    driver_errors = (OSError,)
+
+
+@pytest.mark.parametrize("length", [1_000, 1_980])
+def test_an_action_naming_a_name_the_contract_allows_is_named_whole(length: int) -> None:
+    action = f"enqueue into {'q' * length!r}"
+    with pytest.raises(alkstore.Database) as raised, _Failing(action):
+        raise OSError("disk on fire")
+    assert str(raised.value) == f"{action} failed: disk on fire"
+
+
+def test_a_huge_name_makes_no_huge_message() -> None:
+    action = f"enqueue into {'q' * 100_000!r}"
+    with pytest.raises(alkstore.Database) as raised, _Failing(action):
+        raise OSError("disk on fire")
+    message = str(raised.value)
+    assert len(message) < 1_300
+    assert message.startswith("enqueue into 'qqq")
+    assert f"[{len(action) - 1_200:,} characters]" in message
+    assert message.endswith("qqq' failed: disk on fire")

@@ -7,7 +7,11 @@ from typing import ClassVar
 
 from alkstore._errors import Database
 
-__all__ = ["DriverErrors"]
+__all__ = ["DriverErrors", "shortened"]
+
+_LONGEST_ACTION = 2_000
+"""Characters of an action named whole in a message: past the names every engine
+must take (1,000 characters), a message keeps the head and the tail of a name."""
 
 
 class DriverErrors:
@@ -44,7 +48,7 @@ class DriverErrors:
 
     def message(self, exc: BaseException) -> str:
         """The ``Database`` error's message: what failed, and why."""
-        return f"{self.action} failed: {self.describe(exc)}"
+        return f"{shortened(self.action)} failed: {self.describe(exc)}"
 
     def describe(self, exc: BaseException) -> str:
         """Why, in one line: by default the first line of the driver's message.
@@ -54,3 +58,13 @@ class DriverErrors:
         """
         text = str(exc).strip()
         return text.splitlines()[0] if text else type(exc).__name__
+
+
+def shortened(text: str) -> str:
+    """``text``, or past :data:`_LONGEST_ACTION` characters its head and tail
+    around how much was left out: a 100,000-character name makes no
+    100,000-character error message."""
+    if len(text) <= _LONGEST_ACTION:
+        return text
+    head, tail = text[:1_000], text[-200:]
+    return f"{head}…[{len(text) - len(head) - len(tail):,} characters]…{tail}"
