@@ -115,15 +115,17 @@ class QueuePlans:
         yield Operation(f"claim from {self._name!r}")
         sql = self._sql
         params = {"queue": self._key, "worker": stored(worker_id), "n": n, "lapsed": _LAPSED}
-        # One round trip: pipelined statements before the sync run as one
-        # implicit transaction, so a lapsed job is claimable by this claim.
-        *_, rows = yield Pipeline(
-            (
-                Statement(sql.lapsed_to_dead, params),
-                Statement(sql.lapsed_to_pending, params),
-                Statement(sql.claim, params, Fetch.ALL),
+        rows = yield Statement(sql.claim_unless_lapsed, params, Fetch.ALL)
+        if rows and rows[-1][0] is None:  # a claim lapsed: nothing was claimed
+            # One round trip: pipelined statements before the sync run as one
+            # implicit transaction, so a lapsed job is claimable by this claim.
+            *_, rows = yield Pipeline(
+                (
+                    Statement(sql.lapsed_to_dead, params),
+                    Statement(sql.lapsed_to_pending, params),
+                    Statement(sql.claim, params, Fetch.ALL),
+                )
             )
-        )
         return [_claimed(row, worker_id) for row in rows]
 
     def ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> Plan[int]:

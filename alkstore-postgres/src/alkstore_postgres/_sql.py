@@ -392,15 +392,28 @@ class Statements:
             "SELECT id FROM {s}.jobs WHERE " + _ANY_LAPSED + " AND queue_key = {queue_key} "
             "AND deadline < {now} AND attempts < max_attempts FOR UPDATE SKIP LOCKED)"
         )
-        self.claim = render(
+        claim = (
             "UPDATE {s}.jobs SET attempts = attempts + 1, "
             "deadline = {now} + visibility_timeout_s, worker_id = %(worker)s "
             "WHERE id IN (SELECT id FROM {s}.jobs WHERE queue_key = {queue_key} "
             "AND deadline IS NULL AND run_at <= {now} "
             "AND (expires_at IS NULL OR expires_at > {now}) "
             "ORDER BY priority DESC, run_at, id LIMIT %(n)s FOR UPDATE SKIP LOCKED) "
+        )
+        claimed = (
             "RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, "
             "backoff_base_s, visibility_timeout_s, key, traceparent"
+        )
+        self.claim = render(claim + claimed)
+        # The common claim, one statement: when no claim of the queue has lapsed.
+        # When one has, it claims nothing and answers one row of NULLs instead,
+        # and the caller releases the lapsed claims and claims in one transaction
+        # (lapsed_to_dead, lapsed_to_pending, claim).
+        self.claim_unless_lapsed = render(
+            f"WITH claimed AS ({claim}AND NOT {_ANY_LAPSED} {claimed}) "
+            "SELECT * FROM claimed UNION ALL "
+            "SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL "
+            f"WHERE {_ANY_LAPSED}"
         )
         self.ack = render("DELETE FROM {s}.jobs WHERE " + HOLDS)
         # A NULL attempt acks any unexpired claim by the worker; a number only that claim.
