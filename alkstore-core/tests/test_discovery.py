@@ -275,6 +275,8 @@ def test_a_blank_target_is_refused_and_creates_no_file(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="empty or blank"):
         alkstore.open(blank)
+    with pytest.raises(ValueError, match="empty or blank"):
+        alkstore.open(Path(blank))
     assert list(tmp_path.iterdir()) == []
 
 

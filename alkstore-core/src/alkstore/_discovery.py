@@ -236,7 +236,10 @@ def open(target: str | os.PathLike[str], **options: Any) -> Store:
 def engine_for_target(target: str | os.PathLike[str]) -> tuple[Engine, str]:
     """The engine that opens ``target``, and the target as a string (see :func:`open`)."""
     if isinstance(target, os.PathLike):
-        return load_engine("sqlite"), os.fspath(target)
+        path = os.fspath(target)
+        if isinstance(path, str) and path.strip():
+            return load_engine("sqlite"), path
+        target = path
     if not isinstance(target, str):
         raise TypeError(f"target must be a str or a path, not {type(target).__name__}")
     if not target.strip():
