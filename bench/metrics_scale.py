@@ -52,16 +52,16 @@ EVENTS = 100_000
 
 _SQLITE_FILL = """
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :jobs)
-INSERT INTO __alkstore_jobs (queue, payload, priority, run_at, created_at, expires_at,
+INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
     attempts, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, worker_id,
-    deadline)
-SELECT 'big', '{"n": ' || i || '}', i % 3,
+    deadline, writer_version)
+SELECT :first + i, 'big', '{"n": ' || i || '}', i % 3,
     CASE WHEN i % 100 BETWEEN 90 AND 94 THEN :now + 3600 ELSE :now - 60 - i % 600 END,
     :now - 700,
     CASE WHEN i % 100 = 99 THEN :now - 1 END,
     CASE WHEN i % 100 BETWEEN 95 AND 98 THEN 1 ELSE 0 END, 3, 300, 5, NULL,
     CASE WHEN i % 100 BETWEEN 95 AND 98 THEN 'bench-worker' END,
-    CASE WHEN i % 100 BETWEEN 95 AND 98 THEN :now + 300 END
+    CASE WHEN i % 100 BETWEEN 95 AND 98 THEN :now + 300 END, :writer
 FROM n
 """
 _SQLITE_DEAD = """
@@ -74,9 +74,10 @@ FROM n
 """
 _SQLITE_READY = """
 WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < :jobs)
-INSERT INTO __alkstore_jobs (queue, payload, priority, run_at, created_at, attempts,
-    max_attempts, visibility_timeout_s, backoff_base_s)
-SELECT :queue, '{"n":' || i || '}', 0, :now - 1, :now - 1, 0, 3, 300, 5 FROM n
+INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, attempts,
+    max_attempts, visibility_timeout_s, backoff_base_s, writer_version)
+SELECT :first + i, :queue, '{"n":' || i || '}', 0, :now - 1, :now - 1, 0, 3, 300, 5, :writer
+FROM n
 """
 _PG_READY = """
 INSERT INTO alkstore.jobs (queue_key, queue, payload, priority, run_at, created_at, attempts,
@@ -115,13 +116,26 @@ def fill_sqlite(path: str, jobs: int) -> None:
     try:
         now = time.time()
         connection.execute("BEGIN")
-        connection.execute(_SQLITE_FILL, {"jobs": jobs, "now": now})
+        params = {"jobs": jobs, "now": now, **_sqlite_rows_follow(connection)}
+        connection.execute(_SQLITE_FILL, params)
         connection.execute(_SQLITE_DEAD, {"dead": jobs // 100, "now": now})
         connection.execute("COMMIT")
         connection.execute("ANALYZE")
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     finally:
         connection.close()
+
+
+def _sqlite_rows_follow(connection: sqlite3.Connection) -> dict[str, int]:
+    """Bind parameters for rows written as the engine's enqueues would write them:
+    ids after the last one handed out (``first`` + 1 on), never one handed out
+    before, and the file's schema version as the rows' ``writer_version``."""
+    first, writer = connection.execute(
+        "SELECT max(coalesce((SELECT max(id) FROM __alkstore_jobs), 0), "
+        "(SELECT highest_gone FROM __alkstore_job_ids)), "
+        "(SELECT value FROM __alkstore_meta WHERE key = 'schema_version')"
+    ).fetchone()
+    return {"first": int(first), "writer": int(writer)}
 
 
 def fill_postgres(dsn: str, jobs: int) -> None:
@@ -145,7 +159,8 @@ def fill_ready(engine: str, target: str, queue: str, jobs: int) -> None:
         lite = sqlite3.connect(target, isolation_level=None)
         try:
             lite.execute("BEGIN")
-            lite.execute(_SQLITE_READY, {"jobs": jobs, "now": now, "queue": queue})
+            params = {"jobs": jobs, "now": now, "queue": queue, **_sqlite_rows_follow(lite)}
+            lite.execute(_SQLITE_READY, params)
             lite.execute("COMMIT")
             lite.execute("ANALYZE")
             lite.execute("PRAGMA wal_checkpoint(TRUNCATE)")

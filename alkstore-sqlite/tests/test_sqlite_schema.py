@@ -261,11 +261,39 @@ def test_a_version_4_file_drops_autoincrement_keeping_rows_and_every_id_handed_o
             "SELECT sql FROM sqlite_master WHERE name = '__alkstore_jobs'"
         ).fetchone()
         sequences = connection.execute("SELECT name FROM sqlite_sequence").fetchall()
+        writers = connection.execute(
+            "SELECT id, writer_version FROM __alkstore_jobs ORDER BY id"
+        ).fetchall()
     assert "AUTOINCREMENT" not in table_sql.upper()
     assert ("__alkstore_jobs",) not in sequences
+    assert writers == [(1, 4), (2, 4), (8, SCHEMA_VERSION)]
 
 
 def test_a_dropped_schedule_tz_column_is_refused(made: str) -> None:
     alter(made, "ALTER TABLE __alkstore_schedules DROP COLUMN tz")
     with pytest.raises(alkstore.Database, match="__alkstore_schedules lacks column tz"):
         alkstore.open(made)
+
+
+def test_an_older_alkstore_sqlite_still_running_cannot_reuse_a_job_id(path: str) -> None:
+    """Version 4 gave ids by AUTOINCREMENT: a process still running it inserts
+    without an id, which SQLite would fill with one handed out before. Its
+    enqueue is refused, naming the fix; dead letters still move back."""
+    with alkstore.open(path) as store:
+        queue = store.queue("q", alkstore.QueueOpts(max_attempts=1))
+        first = queue.enqueue("first")
+        job = queue.claim_one("w")
+        assert job is not None
+        assert job.fail("boom")  # the newest row went: its id is the high-water mark
+    refused = "NOT NULL constraint failed: __alkstore_jobs.writer_version"
+    with raw(path) as connection, pytest.raises(sqlite3.IntegrityError, match=refused):
+        connection.execute(  # alkstore-sqlite's enqueue at schema version 4
+            "INSERT INTO __alkstore_jobs (queue, payload, priority, run_at, created_at, "
+            "expires_at, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key, "
+            "traceparent) VALUES ('q', '\"old\"', 0, 0, 0, NULL, 3, 30, 1, NULL, NULL, NULL)"
+        )
+    with alkstore.open(path) as store:
+        queue = store.queue("q")
+        assert queue.requeue_dead() == 1
+        assert queue.enqueue("second") == first + 1
+        assert [job.payload for job in queue.claim_batch("w", 10)] == ["first", "second"]

@@ -136,6 +136,10 @@ _V4 = "ALTER TABLE __alkstore_schedules ADD COLUMN last_fired_at REAL;"
 # table's largest id and the largest id whose row has gone, which the trigger
 # records only when the newest row is deleted (a queue with a backlog never
 # writes it). The table is rebuilt without the keyword, rows and ids kept.
+# writer_version is the schema version of the alkstore-sqlite that wrote the
+# row (4 for rows from before): a process still running an older one inserts
+# without it, and without an id, which SQLite would fill with one handed out
+# before; NOT NULL refuses that insert instead.
 _V5 = """
 CREATE TABLE __alkstore_job_ids (highest_gone INTEGER NOT NULL);
 INSERT INTO __alkstore_job_ids (highest_gone)
@@ -157,11 +161,12 @@ CREATE TABLE __alkstore_jobs_rebuilt (
     deadline REAL,
     last_error TEXT,
     key TEXT,
-    traceparent TEXT
+    traceparent TEXT,
+    writer_version INTEGER NOT NULL
 );
 INSERT INTO __alkstore_jobs_rebuilt SELECT id, queue, payload, priority, run_at, created_at,
     expires_at, attempts, max_attempts, visibility_timeout_s, backoff_base_s, retention_s,
-    worker_id, deadline, last_error, key, traceparent FROM __alkstore_jobs;
+    worker_id, deadline, last_error, key, traceparent, 4 FROM __alkstore_jobs;
 DROP TABLE __alkstore_jobs;
 ALTER TABLE __alkstore_jobs_rebuilt RENAME TO __alkstore_jobs;
 CREATE INDEX __alkstore_jobs_ready

@@ -5,6 +5,8 @@ Parameters are always bound, never interpolated: names are data.
 
 from __future__ import annotations
 
+from alkstore_sqlite._schema import SCHEMA_VERSION
+
 __all__: list[str] = []
 
 # Queues
@@ -18,13 +20,14 @@ JOB_COLUMNS = (
 # those whose rows have gone (__alkstore_job_ids, kept by a delete trigger).
 # Without AUTOINCREMENT no enqueue writes sqlite_sequence; only a delete of the
 # newest row writes the high-water mark.
-ENQUEUE = """
+ENQUEUE = f"""
 INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
-    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key, traceparent)
+    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key, traceparent,
+    writer_version)
 VALUES (
     max(coalesce((SELECT max(id) FROM __alkstore_jobs), 0),
         (SELECT highest_gone FROM __alkstore_job_ids)) + 1,
-    ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {SCHEMA_VERSION})
 """
 
 # A keyed job is written only if no live job of its queue has its key: else
@@ -37,10 +40,11 @@ LIVE_JOB_WITH_KEY = "SELECT id, expires_at FROM __alkstore_jobs WHERE queue = ? 
 
 # A transaction's later enqueues, sent together: it holds the write lock, so
 # the ids after its first insert are known (ENQUEUE's: the largest + 1).
-ENQUEUE_WITH_ID = """
+ENQUEUE_WITH_ID = f"""
 INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
-    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key, traceparent)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    max_attempts, visibility_timeout_s, backoff_base_s, retention_s, key, traceparent,
+    writer_version)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, {SCHEMA_VERSION})
 """
 
 # The head of every move of live jobs to dead letters; last_error and died_at are bound.
@@ -142,15 +146,15 @@ WHERE queue = ? AND retention_s IS NOT NULL AND died_at + retention_s <= ?
 # :queue, :now, :reset (attempts back to 0) and the stamps for rows that died
 # before dead letters kept them; REQUEUE_DEAD_IDS also :ids, a JSON array. A
 # row whose key a live job holds conflicts and stays dead; moved ids return.
-_REQUEUE_DEAD = """
+_REQUEUE_DEAD = f"""
 INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, expires_at,
     attempts, max_attempts, visibility_timeout_s, backoff_base_s, retention_s, worker_id,
-    last_error, key, traceparent)
+    last_error, key, traceparent, writer_version)
 SELECT id, queue, payload, priority, :now, created_at, NULL,
     CASE WHEN :reset THEN 0 ELSE attempts END, max_attempts,
     COALESCE(visibility_timeout_s, :visibility), COALESCE(backoff_base_s, :backoff),
-    retention_s, worker_id, last_error, key, traceparent
-FROM __alkstore_dead WHERE queue = :queue {only} ORDER BY id
+    retention_s, worker_id, last_error, key, traceparent, {SCHEMA_VERSION}
+FROM __alkstore_dead WHERE queue = :queue {{only}} ORDER BY id
 ON CONFLICT DO NOTHING RETURNING id
 """
 REQUEUE_DEAD = _REQUEUE_DEAD.format(only="")
