@@ -183,7 +183,7 @@ def test_a_version_1_file_is_upgraded_in_place_keeping_its_rows(path: str) -> No
             "nightly", "0 3 * * *", "jobs", 3, alkstore.ScheduleOpts(tz="Europe/Berlin")
         )
         assert nightly.tz == "Europe/Berlin"
-    assert stored_version(path) == str(SCHEMA_VERSION) == "5"
+    assert stored_version(path) == str(SCHEMA_VERSION) == "6"
     with alkstore.open(path) as store:  # and the upgraded file reopens as it is
         assert [s.tz for s in store.inspect().schedules()] == ["Europe/Berlin", None]
 
@@ -267,6 +267,41 @@ def test_a_version_4_file_drops_autoincrement_keeping_rows_and_every_id_handed_o
     assert "AUTOINCREMENT" not in table_sql.upper()
     assert ("__alkstore_jobs",) not in sequences
     assert writers == [(1, 4), (2, 4), (8, SCHEMA_VERSION)]
+
+
+def test_a_version_5_file_trades_its_two_job_indexes_for_one_keeping_every_claim(
+    path: str,
+) -> None:
+    make_file_at_version(path, 5)
+    with raw(path) as connection:
+        for job_id, priority, deadline in ((1, 0, None), (2, 5, None), (3, 0, 1.0), (4, 0, 9e9)):
+            connection.execute(
+                "INSERT INTO __alkstore_jobs (id, queue, payload, priority, run_at, created_at, "
+                "attempts, max_attempts, visibility_timeout_s, backoff_base_s, worker_id, "
+                "deadline, writer_version) VALUES (?, 'q', ?, ?, 0, 0, ?, 3, 30, 1, ?, ?, 5)",
+                (job_id, f'"job {job_id}"', priority, int(deadline is not None),
+                 None if deadline is None else "gone", deadline),
+            )  # fmt: skip
+    with alkstore.open(path) as store:
+        queue = store.queue("q")
+        [counts] = store.inspect().queues()
+        assert (counts.ready, counts.processing) == (2, 2)
+        # job 3's claim lapsed long ago: it is released, then claimed in its turn
+        claimed = queue.claim_batch("w", 10)
+        assert [(job.id, job.attempts) for job in claimed] == [(2, 1), (1, 1), (3, 2)]
+        assert [job.id for job in store.inspect().jobs("q", "processing")] == [1, 2, 3, 4]
+    assert stored_version(path) == str(SCHEMA_VERSION)
+    with raw(path) as connection:
+        indexes = {
+            row[0]
+            for row in connection.execute(
+                "SELECT name FROM sqlite_master "
+                "WHERE type = 'index' AND tbl_name = '__alkstore_jobs'"
+            )
+        }
+    assert indexes == {
+        "__alkstore_jobs_live", "__alkstore_jobs_expiring", "__alkstore_jobs_key",
+    }  # fmt: skip
 
 
 def test_a_dropped_schedule_tz_column_is_refused(made: str) -> None:

@@ -86,17 +86,29 @@ class SQLiteQueue(Queue):
 
     def _claim(self, worker_id: str, n: int) -> list[Job]:
         now = time.time()
-        claim = (now, worker_id, self.name, now, now, n)
+        claim = (now, worker_id, self.name, now, now, n, self.name, now)
         with translate(f"claim from {self.name!r}"), self._store.connection() as connection:
-            if connection.execute(_sql.ANY_LAPSED, (self.name, now)).fetchone():
-                with transaction(connection):
-                    self._release_lapsed(connection, now)
-                    rows = connection.execute(_sql.CLAIM, claim).fetchall()
-            else:
-                # The common case: one statement, atomic by itself. A claim that
-                # lapses meanwhile is returned by the next claim.
-                rows = connection.execute(_sql.CLAIM, claim).fetchall()
+            # The common case: one statement, atomic by itself. A claim that
+            # lapses meanwhile is returned by the next claim.
+            rows = connection.execute(_sql.CLAIM, claim).fetchall()
+            if not rows:
+                rows = self._claim_after_lapses(connection, claim, now)
         return [self._job(row, worker_id) for row in rows]
+
+    def _claim_after_lapses(
+        self, connection: sqlite3.Connection, claim: tuple[Any, ...], now: float
+    ) -> list[Any]:
+        """The claim again, once lapsed claims are released, if there were any.
+
+        The first claim found nothing, or a lapsed claim held it back. Once
+        more even when no lapse is found: another process may have released
+        one in between, and the queue is not empty just because of that.
+        """
+        if not connection.execute(_sql.ANY_LAPSED, (self.name, now)).fetchone():
+            return connection.execute(_sql.CLAIM, claim).fetchall()
+        with transaction(connection):
+            self._release_lapsed(connection, now)
+            return connection.execute(_sql.CLAIM, claim).fetchall()
 
     def _release_lapsed(self, connection: sqlite3.Connection, now: float) -> None:
         connection.execute(_sql.LAPSED_TO_DEAD, (LAPSED_ON_LAST_ATTEMPT, now, self.name, now))

@@ -183,11 +183,25 @@ BEGIN
 END;
 """
 
+# One index for pending and claimed rows in place of two partial ones. A
+# claim changed deadline, which moved its row from one index to the other
+# and so wrote a page of each, and an ack wrote the claimed index's page
+# too. Here deadline is the second column, descending (NULL sorts last):
+# a queue's claimed rows, latest deadline first, then its pending rows in
+# claim order. The newest claims sit next to the head of the pending rows,
+# so a claim and an ack each write one page of one index.
+_V6 = """
+DROP INDEX __alkstore_jobs_ready;
+DROP INDEX __alkstore_jobs_claimed;
+CREATE INDEX __alkstore_jobs_live
+    ON __alkstore_jobs (queue, deadline DESC, priority DESC, run_at, id);
+"""
+
 _META = (
     "CREATE TABLE IF NOT EXISTS __alkstore_meta "
     "(key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID"
 )
-_MIGRATIONS = (_V1, _V2, _V3, _V4, _V5)
+_MIGRATIONS = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 # Every engine table with its columns, one row per column (pragma_table_info

@@ -75,6 +75,9 @@ LAPSED_TO_PENDING = """
 UPDATE __alkstore_jobs SET deadline = NULL WHERE queue = ? AND deadline < ?
 """
 
+# Claims nothing while a lapsed claim waits in the queue (ANY_LAPSED), so a
+# claim that finds rows is one statement; one that finds none looks for a
+# lapsed claim, and releases it first, in a transaction.
 CLAIM = """
 UPDATE __alkstore_jobs
 SET attempts = attempts + 1, deadline = ? + visibility_timeout_s, worker_id = ?
@@ -84,7 +87,7 @@ WHERE id IN (
       AND (expires_at IS NULL OR expires_at > ?)
     ORDER BY priority DESC, run_at, id
     LIMIT ?
-)
+) AND NOT EXISTS (SELECT 1 FROM __alkstore_jobs WHERE queue = ? AND deadline < ?)
 RETURNING id, payload, priority, attempts, max_attempts, run_at, deadline, backoff_base_s,
     visibility_timeout_s, key, traceparent
 """
@@ -256,7 +259,8 @@ SELECT (SELECT COALESCE(MAX(id), 0) FROM __alkstore_notices),
 """
 NEW_NOTICES = "SELECT id, channel FROM __alkstore_notices WHERE id > ? ORDER BY id"
 NEW_EVENTS = "SELECT MAX(id), stream FROM __alkstore_events WHERE id > ? GROUP BY stream"
-NEW_JOBS = "SELECT MAX(id), queue FROM __alkstore_jobs WHERE id > ? GROUP BY queue"
+# Along the primary key from the id last seen, never a scan of a whole index.
+NEW_JOBS = "SELECT MAX(id), queue FROM __alkstore_jobs NOT INDEXED WHERE id > ? GROUP BY queue"
 
 # Locks
 
@@ -305,22 +309,16 @@ WHERE name = :name AND next_fire_at = :boundary
 # table: the names by a skip-scan of each index that leads with the queue,
 # then per queue one statement of counts and one per priority (ready later,
 # oldest ready), in one read transaction, so they see one snapshot. Pending
-# rows on __alkstore_jobs_ready; those past expiry through
+# and claimed rows on __alkstore_jobs_live; those past expiry through
 # __alkstore_jobs_expiring (only rows past expiry are looked up in the table);
-# claimed rows on __alkstore_jobs_claimed, dead rows on __alkstore_dead_by_queue.
+# dead rows on __alkstore_dead_by_queue.
 QUEUE_NAMES = """
 WITH RECURSIVE
-pending(name) AS (
-    SELECT MIN(queue) FROM __alkstore_jobs WHERE deadline IS NULL
+live(name) AS (
+    SELECT MIN(queue) FROM __alkstore_jobs
     UNION ALL
-    SELECT (SELECT MIN(queue) FROM __alkstore_jobs WHERE deadline IS NULL AND queue > name)
-    FROM pending WHERE name IS NOT NULL
-),
-claimed(name) AS (
-    SELECT MIN(queue) FROM __alkstore_jobs WHERE deadline IS NOT NULL
-    UNION ALL
-    SELECT (SELECT MIN(queue) FROM __alkstore_jobs WHERE deadline IS NOT NULL AND queue > name)
-    FROM claimed WHERE name IS NOT NULL
+    SELECT (SELECT MIN(queue) FROM __alkstore_jobs WHERE queue > name)
+    FROM live WHERE name IS NOT NULL
 ),
 dead(name) AS (
     SELECT MIN(queue) FROM __alkstore_dead
@@ -328,8 +326,7 @@ dead(name) AS (
     SELECT (SELECT MIN(queue) FROM __alkstore_dead WHERE queue > name)
     FROM dead WHERE name IS NOT NULL
 )
-SELECT name FROM pending WHERE name IS NOT NULL
-UNION SELECT name FROM claimed WHERE name IS NOT NULL
+SELECT name FROM live WHERE name IS NOT NULL
 UNION SELECT name FROM dead WHERE name IS NOT NULL
 """
 
@@ -337,9 +334,7 @@ _PAST_EXPIRY = (
     "SELECT COUNT(*) FROM __alkstore_jobs INDEXED BY __alkstore_jobs_expiring "
     "WHERE queue = :queue AND expires_at <= :now AND deadline IS NULL"
 )
-# pending, due past expiry, later past expiry, claimed, dead. SQLite (3.40)
-# looks each pending row up in the table for its deadline even on the partial
-# index __alkstore_jobs_ready, so the pending rows are read once, here.
+# pending, due past expiry, later past expiry, claimed, dead.
 QUEUE_COUNTS = f"""
 SELECT
     (SELECT COUNT(*) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NULL),
@@ -350,7 +345,7 @@ SELECT
 """
 
 # Per priority of the queue's pending rows (found by a skip-scan of
-# __alkstore_jobs_ready): how many are ready later (a range of the index), and
+# __alkstore_jobs_live): how many are ready later (a range of the index), and
 # the first ready one in run_at order, past-expiry rows skipped on the way.
 # Neither reads the rows that are ready now. Returns (later, oldest ready run_at).
 PENDING_BY_PRIORITY = """
@@ -387,13 +382,18 @@ SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, m
 FROM __alkstore_dead WHERE queue = :queue AND id > :after
 """
 _PENDING_JOBS = f"{_LIVE_JOBS} AND deadline IS NULL"
-_CLAIMED_JOBS = f"{_LIVE_JOBS} AND deadline IS NOT NULL"
+# The claimed rows are few and the pending ones may be millions: the claimed
+# rows' range of the index, not the primary key from :after.
+_CLAIMED_JOBS = (
+    f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs INDEXED BY __alkstore_jobs_live"
+    " WHERE queue = :queue AND deadline IS NOT NULL AND id > :after"
+)
 _FIRST = " ORDER BY id LIMIT :limit"
 LIST_JOBS = {
     "pending": _PENDING_JOBS + _FIRST,
     "processing": _CLAIMED_JOBS + _FIRST,
     "dead": _DEAD_JOBS + _FIRST,
-    # Three indexed parts (the live-row indexes are partial), not one scan; each stops
+    # Three indexed parts, not one scan; each stops
     # at its first :limit rows by id, so the merge sorts at most 3 times :limit rows, not
     # every row of the queue.
     None: f"""

@@ -150,6 +150,33 @@ def test_a_lapsed_claim_on_its_last_attempt_goes_dead_not_out(store: alkstore.St
     assert info(queue, job_id).state == "dead"
 
 
+def test_a_lapsed_claim_takes_its_turn_before_later_jobs(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    """The next claim returns a lapsed claim first: it is not left claimed
+    behind a backlog until the queue runs dry."""
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.2))
+    lapsing = queue.enqueue("first")
+    claim(queue, "slow")
+    for n in range(3):
+        queue.enqueue(n)
+    time.sleep(0.3)
+    again = claim(peer.queue("q"), "other")
+    assert (again.id, again.attempts) == (lapsing, 2)
+
+
+def test_a_lapsed_last_attempt_is_dead_once_the_next_claim_is_served(
+    store: alkstore.Store,
+) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=0.1, max_attempts=1))
+    lapsing = queue.enqueue("first")
+    claim(queue)
+    queue.enqueue("second")
+    time.sleep(0.2)
+    assert claim(queue).payload == "second"
+    assert info(queue, lapsing).state == "dead"
+
+
 SETTLE_CALLS: dict[str, Callable[[alkstore.Job], bool]] = {
     "ack": lambda job: job.ack(),
     "retry": lambda job: job.retry("late", 0),
