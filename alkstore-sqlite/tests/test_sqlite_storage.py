@@ -170,6 +170,21 @@ def test_a_folder_is_refused_as_a_folder_and_left_alone(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_file_name_too_long_for_its_journal_is_refused_saying_so(tmp_path: Path) -> None:
+    """SQLite names its journal after the database: a name that fits the file
+    system by itself may not fit with "-journal" added, and SQLite would say
+    only "unable to open database file"."""
+    longest = os.pathconf(tmp_path, "PC_NAME_MAX") - len("-journal")
+    fits = tmp_path / ("n" * (longest - 3) + ".db")
+    with alkstore.open(fits) as store:
+        store.queue("q").enqueue("kept")
+    too_long = tmp_path / ("n" * (longest - 2) + ".db")
+    with pytest.raises(alkstore.Database, match=f"{longest} bytes at most") as raised:
+        alkstore.open(too_long)
+    assert "'-journal'" in str(raised.value)
+    assert not too_long.exists()
+
+
 @contextmanager
 def read_only(path: Path) -> Iterator[None]:
     """Make ``path`` unwritable, even for root (who ignores file modes)."""

@@ -214,6 +214,24 @@ def _check_place(path: str) -> None:
         raise Database(
             f"opening {path!r} failed: its folder {folder!r} does not exist; create it first"
         )
+    # A new file is written through a rollback journal until it is in WAL mode.
+    suffix = "-wal" if os.path.exists(path) else "-journal"
+    name_bytes = len(os.fsencode(os.path.basename(path)))
+    longest = _longest_name(folder) - len(suffix)
+    if name_bytes > longest:
+        raise Database(
+            f"opening {path!r} failed: its file name is {name_bytes} bytes, and SQLite keeps "
+            f"a file named after it with {suffix!r} added beside it: on this file system "
+            f"that leaves {longest} bytes at most for the database file's name"
+        )
+
+
+def _longest_name(folder: str) -> int:
+    """The longest file name, in bytes, that ``folder``'s file system allows."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (AttributeError, OSError, ValueError):  # not POSIX, or not said
+        return 255
 
 
 def _switch_to_wal(connection: sqlite3.Connection, busy_timeout_s: float) -> str:
