@@ -7,6 +7,7 @@ its path, so exactly the installed distributions are visible.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -278,6 +279,36 @@ def test_a_blank_target_is_refused_and_creates_no_file(
     with pytest.raises(ValueError, match="empty or blank"):
         alkstore.open(Path(blank))
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["app.db\n", " app.db", "postgresql://u:secret@db.internal/app\r\n", "\tsqlite:///app.db"],
+)
+def test_a_target_with_white_space_around_it_is_refused_and_creates_no_file(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import alkstore
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="begins or ends with white space") as raised:
+        alkstore.open(target)
+    assert "secret" not in str(raised.value)
+
+    async def open_async() -> None:
+        await alkstore.open_async(target)
+
+    with pytest.raises(ValueError, match="begins or ends with white space"):
+        asyncio.run(open_async())
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_path_object_names_a_file_with_a_space_at_the_end(tmp_path: Path) -> None:
+    import alkstore
+
+    with alkstore.open(tmp_path / "app.db ") as store:
+        store.queue("q").enqueue("kept")
+    assert (tmp_path / "app.db ").exists()
 
 
 OTHER_CONTRACTS = TESTS / "distributions" / "other-contract-engines"

@@ -246,6 +246,12 @@ def engine_for_target(target: str | os.PathLike[str]) -> tuple[Engine, str]:
         raise ValueError(
             f"target must not be empty or blank ({target!r}): give a file path or a URL"
         )
+    if target != target.strip():
+        raise ValueError(
+            f"target {redact(target)!r} begins or ends with white space, as one read from "
+            "a file or an environment variable with its line break often does: strip it "
+            "(a file whose name has such a space is opened from a path object)"
+        )
     return _engine_for(target), target
 
 
