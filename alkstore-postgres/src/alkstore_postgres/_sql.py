@@ -501,10 +501,21 @@ class Statements:
         self.purge_dead_older = render(
             "DELETE FROM {s}.dead WHERE queue_key = {queue_key} AND died_at <= {now} - %(older)s"
         )
+        # The first pending run_at not past expiry, per priority (a skip-scan of
+        # jobs_ready: a few index entries however many jobs are scheduled), or
+        # the first claim's deadline.
         self.next_ready = render(
+            "WITH RECURSIVE priorities(p) AS ("
+            "SELECT max(priority) FROM {s}.jobs WHERE queue_key = {queue_key} "
+            "AND deadline IS NULL "
+            "UNION ALL SELECT (SELECT max(priority) FROM {s}.jobs "
+            "WHERE queue_key = {queue_key} AND deadline IS NULL AND priority < pr.p) "
+            "FROM priorities AS pr WHERE pr.p IS NOT NULL) "
             "SELECT LEAST("
-            "(SELECT MIN(run_at) FROM {s}.jobs WHERE queue_key = {queue_key} "
-            "AND deadline IS NULL AND (expires_at IS NULL OR expires_at > {now})), "
+            "(SELECT min((SELECT run_at FROM {s}.jobs WHERE queue_key = {queue_key} "
+            "AND deadline IS NULL AND priority = pr.p "
+            "AND (expires_at IS NULL OR expires_at > {now}) "
+            "ORDER BY priority DESC, run_at LIMIT 1)) FROM priorities AS pr WHERE pr.p IS NOT NULL), "
             "(SELECT MIN(deadline) FROM {s}.jobs WHERE queue_key = {queue_key} "
             "AND deadline IS NOT NULL)) - {now}"
         )

@@ -183,7 +183,7 @@ class SQLiteQueue(Queue):
         now = time.time()
         with translate(f"look at {self.name!r}"), self._store.connection() as connection:
             next_ready = connection.execute(
-                _sql.NEXT_READY, (self.name, now, self.name)
+                _sql.NEXT_READY, {"queue": self.name, "now": now}
             ).fetchone()[0]
         return None if next_ready is None else next_ready - now
 

@@ -169,12 +169,29 @@ DELETE FROM __alkstore_dead WHERE id IN (SELECT value FROM json_each(?))
 
 PURGE_DEAD_BEFORE = "DELETE FROM __alkstore_dead WHERE queue = ? AND died_at <= ?"
 
+# When the queue's next job turns claimable: the first pending run_at not past
+# expiry (per priority, found by a skip-scan: a few index entries, however
+# many jobs are scheduled) or the first claim's deadline.
 NEXT_READY = """
-SELECT MIN(t) FROM (
-    SELECT MIN(run_at) AS t FROM __alkstore_jobs
-    WHERE queue = ? AND deadline IS NULL AND (expires_at IS NULL OR expires_at > ?)
+WITH RECURSIVE priorities(p) AS (
+    SELECT MAX(priority) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NULL
     UNION ALL
-    SELECT MIN(deadline) FROM __alkstore_jobs WHERE queue = ? AND deadline IS NOT NULL
+    SELECT (SELECT MAX(priority) FROM __alkstore_jobs
+            WHERE queue = :queue AND deadline IS NULL AND priority < p)
+    FROM priorities WHERE p IS NOT NULL
+)
+SELECT MIN(t) FROM (
+    SELECT (
+        SELECT run_at FROM __alkstore_jobs
+        WHERE queue = :queue AND deadline IS NULL AND priority = p
+          AND (expires_at IS NULL OR expires_at > :now)
+        ORDER BY run_at LIMIT 1
+    ) AS t FROM priorities WHERE p IS NOT NULL
+    UNION ALL
+    SELECT deadline FROM (
+        SELECT deadline FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NOT NULL
+        ORDER BY deadline LIMIT 1
+    )
 )
 """
 

@@ -473,6 +473,23 @@ def test_wait_wakes_when_a_delayed_job_turns_ready(store: alkstore.Store) -> Non
     assert time.monotonic() - started < 4
 
 
+def test_wait_wakes_when_a_delayed_job_turns_ready_behind_a_later_higher_priority(
+    store: alkstore.Store,
+) -> None:
+    """The queue's next ready time is the earliest of every priority's, not of
+    the highest priority's."""
+    queue = store.queue("q")
+    queue.enqueue("later", EnqueueOpts(delay=60, priority=5))
+    queue.enqueue("sooner", EnqueueOpts(delay=0.2))
+    started = time.monotonic()
+    job = None
+    while job is None and time.monotonic() - started < 8:
+        queue.wait(8)
+        job = queue.claim_one("w")
+    assert job is not None and job.payload == "sooner"
+    assert time.monotonic() - started < 4
+
+
 def test_each_job_goes_to_exactly_one_of_many_threads(
     store: alkstore.Store, peer: alkstore.Store
 ) -> None:
