@@ -515,7 +515,8 @@ class Statements:
             "(SELECT min((SELECT run_at FROM {s}.jobs WHERE queue_key = {queue_key} "
             "AND deadline IS NULL AND priority = pr.p "
             "AND (expires_at IS NULL OR expires_at > {now}) "
-            "ORDER BY priority DESC, run_at LIMIT 1)) FROM priorities AS pr WHERE pr.p IS NOT NULL), "
+            "ORDER BY priority DESC, run_at LIMIT 1)) "
+            "FROM priorities AS pr WHERE pr.p IS NOT NULL), "
             "(SELECT MIN(deadline) FROM {s}.jobs WHERE queue_key = {queue_key} "
             "AND deadline IS NOT NULL)) - {now}"
         )

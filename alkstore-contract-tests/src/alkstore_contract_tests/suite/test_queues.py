@@ -486,7 +486,8 @@ def test_wait_wakes_when_a_delayed_job_turns_ready_behind_a_later_higher_priorit
     while job is None and time.monotonic() - started < 8:
         queue.wait(8)
         job = queue.claim_one("w")
-    assert job is not None and job.payload == "sooner"
+    assert job is not None
+    assert job.payload == "sooner"
     assert time.monotonic() - started < 4
 
 
