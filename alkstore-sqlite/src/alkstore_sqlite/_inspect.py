@@ -1,13 +1,16 @@
 """Inspection on SQLite: reads only, never a write lock.
 
 Each listing is a single statement, or (the queues) a few statements in one
-read transaction, so it sees one snapshot of the file; in WAL mode a reader
+read transaction, so it sees one snapshot of the file (a page of jobs first
+counts a little, to choose how its statement reads, then reads in one); in WAL mode a reader
 neither waits for a writer's open transaction nor holds one up. "Now" is
 this host's clock, as everywhere in the engine.
 """
 
 from __future__ import annotations
 
+import math
+import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -73,7 +76,15 @@ class SQLiteInspector(Inspector):
         self, queue: str, state: JobState | None, limit: int, after: int
     ) -> list[JobInfo]:
         params = {"queue": queue, "limit": limit, "after": after}
-        rows = self._read(f"jobs of {queue!r}", _sql.LIST_JOBS[state], params)
+        with translate(f"inspect jobs of {queue!r}"), self._store.connection() as connection:
+            pending_along_ids = state in (None, "pending") and _walk_pays(
+                connection, _sql.JOBS_SPAN, _sql.PENDING_PART, params
+            )
+            dead_along_ids = state in (None, "dead") and _walk_pays(
+                connection, _sql.DEAD_SPAN, _sql.DEAD_PART, params
+            )
+            page = _sql.list_jobs(state, pending_along_ids, dead_along_ids)
+            rows = connection.execute(page, params).fetchall()
         return [_info(row) for row in rows]
 
     def _streams(self) -> list[StreamStats]:
@@ -106,8 +117,27 @@ class SQLiteInspector(Inspector):
         )  # fmt: skip
 
 
+def _walk_pays(
+    connection: sqlite3.Connection, span_sql: str, part_sql: str, params: dict[str, Any]
+) -> bool:
+    """Whether a page of a queue's part is read along the primary key, not sorted.
+
+    Walking from ``after`` reads about ``limit * span / part`` rows (the part's
+    rows spread among the table's ``span`` ids); sorting reads all ``part``
+    rows. The walk costs less once ``part`` reaches ``sqrt(limit * span)``, so the
+    part's rows are counted that far and no further: either way, the page
+    reads about that many rows at most.
+    """
+    span = connection.execute(span_sql, params).fetchone()[0]
+    if not span or span <= 0:
+        return False
+    enough = math.isqrt(params["limit"] * span) + 1
+    part = connection.execute(part_sql, {**params, "enough": enough}).fetchone()[0]
+    return bool(part >= enough)
+
+
 def _info(row: tuple[Any, ...]) -> JobInfo:
-    """A job from a row of ``_sql.LIST_JOBS``: ``JOB_COLUMNS``, then ``died_at``."""
+    """A job from a row of ``_sql.list_jobs``: ``JOB_COLUMNS``, then ``died_at``."""
     *columns, deadline, last_error, key, died_at = row
     if died_at is None:
         return job_info((*columns, deadline, last_error, key), dead=False)

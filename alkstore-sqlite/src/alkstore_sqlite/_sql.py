@@ -5,6 +5,8 @@ Parameters are always bound, never interpolated: names are data.
 
 from __future__ import annotations
 
+import functools
+
 from alkstore_sqlite._schema import SCHEMA_VERSION
 
 __all__: list[str] = []
@@ -388,40 +390,86 @@ FROM priorities WHERE p IS NOT NULL
 """
 
 # Live and dead rows in one shape: JOB_COLUMNS (key last), then died_at (NULL unless dead).
-# Keyset pages: only ids above :after (0 for the first page), read along the primary key.
-_LIVE_JOBS = (
-    f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs"
-    " WHERE queue = :queue AND id > :after"
-)
-_DEAD_JOBS = """
+# Keyset pages: only ids above :after (0 for the first page), the first :limit by id.
+#
+# A part of a queue (its pending rows, its dead letters) is read one of two
+# ways, chosen per call (the inspector's _walk_pays): along the primary key
+# from :after, reading the other queues' rows on the way, or through the
+# part's index and sorted by id, reading every row of the part. SQLite's
+# planner cannot tell a queue of ten jobs from one of a million (without
+# statistics it sorts both; with them, it walks both), so each is named.
+_JOBS_READ = {True: "NOT INDEXED", False: "INDEXED BY __alkstore_jobs_live"}
+_DEAD_READ = {True: "NOT INDEXED", False: "INDEXED BY __alkstore_dead_by_queue"}
+_FIRST = " ORDER BY id LIMIT :limit"
+
+
+def _pending_jobs(along_ids: bool) -> str:
+    return (
+        f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs {_JOBS_READ[along_ids]}"
+        " WHERE queue = :queue AND deadline IS NULL AND id > :after"
+    )
+
+
+def _dead_jobs(along_ids: bool) -> str:
+    return f"""
 SELECT id, queue, payload, priority, run_at, created_at, expires_at, attempts, max_attempts,
     worker_id, NULL, last_error, key, died_at
-FROM __alkstore_dead WHERE queue = :queue AND id > :after
+FROM __alkstore_dead {_DEAD_READ[along_ids]} WHERE queue = :queue AND id > :after
 """
-_PENDING_JOBS = f"{_LIVE_JOBS} AND deadline IS NULL"
+
+
 # The claimed rows are few and the pending ones may be millions: the claimed
-# rows' range of the index, not the primary key from :after.
+# rows' range of the index, never the primary key.
 _CLAIMED_JOBS = (
     f"SELECT {JOB_COLUMNS}, NULL AS died_at FROM __alkstore_jobs INDEXED BY __alkstore_jobs_live"
     " WHERE queue = :queue AND deadline IS NOT NULL AND id > :after"
 )
-_FIRST = " ORDER BY id LIMIT :limit"
-LIST_JOBS = {
-    "pending": _PENDING_JOBS + _FIRST,
-    "processing": _CLAIMED_JOBS + _FIRST,
-    "dead": _DEAD_JOBS + _FIRST,
-    # Three indexed parts, not one scan; each stops
-    # at its first :limit rows by id, so the merge sorts at most 3 times :limit rows, not
-    # every row of the queue.
-    None: f"""
+
+
+@functools.cache
+def list_jobs(state: str | None, pending_along_ids: bool, dead_along_ids: bool) -> str:
+    """The page of ``state``'s jobs (every state with None), each part read as chosen."""
+    pending = _pending_jobs(pending_along_ids) + _FIRST
+    dead = _dead_jobs(dead_along_ids) + _FIRST
+    if state == "pending":
+        return pending
+    if state == "processing":
+        return _CLAIMED_JOBS + _FIRST
+    if state == "dead":
+        return dead
+    # Three parts, each stopping at its first :limit rows by id, so the merge
+    # sorts at most 3 times :limit rows, not every row of the queue.
+    return f"""
 SELECT * FROM (
-    SELECT * FROM ({_PENDING_JOBS}{_FIRST})
+    SELECT * FROM ({pending})
     UNION ALL SELECT * FROM ({_CLAIMED_JOBS}{_FIRST})
-    UNION ALL SELECT * FROM ({_DEAD_JOBS}{_FIRST})
+    UNION ALL SELECT * FROM ({dead})
 )
 ORDER BY id LIMIT :limit
-""",
-}
+"""
+
+
+# What reading a part along the primary key from :after would walk past (the
+# table's ids above :after), and how many rows the part has there, counted on
+# its index up to :enough.
+JOBS_SPAN = """
+SELECT (SELECT MAX(id) FROM __alkstore_jobs) - MAX(:after, (SELECT MIN(id) FROM __alkstore_jobs))
+"""
+PENDING_PART = """
+SELECT COUNT(*) FROM (
+    SELECT 1 FROM __alkstore_jobs INDEXED BY __alkstore_jobs_live
+    WHERE queue = :queue AND deadline IS NULL AND id > :after LIMIT :enough
+)
+"""
+DEAD_SPAN = """
+SELECT (SELECT MAX(id) FROM __alkstore_dead) - MAX(:after, (SELECT MIN(id) FROM __alkstore_dead))
+"""
+DEAD_PART = """
+SELECT COUNT(*) FROM (
+    SELECT 1 FROM __alkstore_dead INDEXED BY __alkstore_dead_by_queue
+    WHERE queue = :queue AND id > :after LIMIT :enough
+)
+"""
 
 # Rows of two kinds: (stream, head, NULL, NULL, NULL) for each stream with events or a
 # trim, and (stream, NULL, consumer, offset, lag) for each saved offset. The distinct
