@@ -295,12 +295,13 @@ def test_a_version_5_file_trades_its_two_job_indexes_for_one_keeping_every_claim
         indexes = {
             row[0]
             for row in connection.execute(
-                "SELECT name FROM sqlite_master "
-                "WHERE type = 'index' AND tbl_name = '__alkstore_jobs'"
+                "SELECT name FROM sqlite_master WHERE type = 'index' "
+                "AND tbl_name IN ('__alkstore_jobs', '__alkstore_dead') AND sql IS NOT NULL"
             )
         }
     assert indexes == {
         "__alkstore_jobs_live", "__alkstore_jobs_expiring", "__alkstore_jobs_key",
+        "__alkstore_dead_by_queue", "__alkstore_dead_purgeable",
     }  # fmt: skip
 
 

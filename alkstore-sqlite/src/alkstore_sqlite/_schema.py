@@ -190,11 +190,16 @@ END;
 # a queue's claimed rows, latest deadline first, then its pending rows in
 # claim order. The newest claims sit next to the head of the pending rows,
 # so a claim and an ack each write one page of one index.
+# Dead letters past their retention are found by their own index: a sweep
+# read every dead letter of the queue for its retention, holding the write
+# lock meanwhile (105 ms for 500,000 kept for good).
 _V6 = """
 DROP INDEX __alkstore_jobs_ready;
 DROP INDEX __alkstore_jobs_claimed;
 CREATE INDEX __alkstore_jobs_live
     ON __alkstore_jobs (queue, deadline DESC, priority DESC, run_at, id);
+CREATE INDEX __alkstore_dead_purgeable
+    ON __alkstore_dead (queue, died_at + retention_s) WHERE retention_s IS NOT NULL;
 """
 
 _META = (
