@@ -2,9 +2,9 @@
 
 Each listing is a single statement, or (the queues) a few statements in one
 read transaction, so it sees one snapshot of the file (a page of jobs first
-counts a little, to choose how its statement reads, then reads in one); in WAL mode a reader
-neither waits for a writer's open transaction nor holds one up. "Now" is
-this host's clock, as everywhere in the engine.
+counts a little to choose how its one statement reads); in WAL mode a
+reader neither waits for a writer's open transaction nor holds one up.
+"Now" is this host's clock, as everywhere in the engine.
 """
 
 from __future__ import annotations
