@@ -171,10 +171,9 @@ DELETE FROM __alkstore_dead WHERE id IN (SELECT value FROM json_each(?))
 
 PURGE_DEAD_BEFORE = "DELETE FROM __alkstore_dead WHERE queue = ? AND died_at <= ?"
 
-# When the queue's next job turns claimable: the first pending run_at not past
-# expiry (per priority, found by a skip-scan: a few index entries, however
-# many jobs are scheduled) or the first claim's deadline.
-NEXT_READY = """
+# The distinct priorities of the queue's pending rows, highest first, by a
+# skip-scan of __alkstore_jobs_live: one probe each, however many rows.
+_PRIORITIES = """
 WITH RECURSIVE priorities(p) AS (
     SELECT MAX(priority) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NULL
     UNION ALL
@@ -182,7 +181,12 @@ WITH RECURSIVE priorities(p) AS (
             WHERE queue = :queue AND deadline IS NULL AND priority < p)
     FROM priorities WHERE p IS NOT NULL
 )
-SELECT MIN(t) FROM (
+"""
+
+# When the queue's next job turns claimable: the first pending run_at not past
+# expiry (per priority, found by a skip-scan: a few index entries, however
+# many jobs are scheduled) or the first claim's deadline.
+NEXT_READY = f"""{_PRIORITIES}SELECT MIN(t) FROM (
     SELECT (
         SELECT run_at FROM __alkstore_jobs
         WHERE queue = :queue AND deadline IS NULL AND priority = p
@@ -367,15 +371,7 @@ SELECT
 # __alkstore_jobs_live): how many are ready later (a range of the index), and
 # the first ready one in run_at order, past-expiry rows skipped on the way.
 # Neither reads the rows that are ready now. Returns (later, oldest ready run_at).
-PENDING_BY_PRIORITY = """
-WITH RECURSIVE priorities(p) AS (
-    SELECT MAX(priority) FROM __alkstore_jobs WHERE queue = :queue AND deadline IS NULL
-    UNION ALL
-    SELECT (SELECT MAX(priority) FROM __alkstore_jobs
-            WHERE queue = :queue AND deadline IS NULL AND priority < p)
-    FROM priorities WHERE p IS NOT NULL
-)
-SELECT
+PENDING_BY_PRIORITY = f"""{_PRIORITIES}SELECT
     COALESCE(SUM((
         SELECT COUNT(*) FROM __alkstore_jobs
         WHERE queue = :queue AND deadline IS NULL AND priority = p AND run_at > :now
