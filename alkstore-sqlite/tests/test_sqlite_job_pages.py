@@ -3,6 +3,7 @@ whichever reads fewer rows; both give the same page."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from typing import Any
 
@@ -36,7 +37,7 @@ def rows(
     path: str, state: str | None, along_ids: bool, queue: str, after: int
 ) -> list[tuple[Any, ...]]:
     params = {"queue": queue, "limit": 7, "after": after}
-    with sqlite3.connect(path) as connection:
+    with contextlib.closing(sqlite3.connect(path)) as connection:
         return connection.execute(_sql.list_jobs(state, along_ids, along_ids), params).fetchall()
 
 
@@ -56,7 +57,7 @@ def test_both_ways_of_reading_give_the_same_pages(
 
 
 def test_a_big_queue_is_walked_along_ids_and_a_small_one_read_by_its_index(mixed: str) -> None:
-    with sqlite3.connect(mixed) as connection:
+    with contextlib.closing(sqlite3.connect(mixed)) as connection:
 
         def walks(queue: str) -> bool:
             params = {"queue": queue, "limit": 50, "after": 0}
