@@ -223,20 +223,29 @@ def test_a_version_1_schema_is_migrated_on_open_and_every_row_works(
     assert store.unschedule("nightly")
 
 
-VERSION_5_ONLY = """
+VERSION_6_ONLY = """
+DROP INDEX {s}.dead_purgeable;
+UPDATE {s}.meta SET value = '5' WHERE key = 'schema_version'
+"""
+"""What version 6 added: taken away, today's schema is version 5 as it was."""
+
+VERSIONS_5_AND_6_ONLY = """
+DROP INDEX {s}.dead_purgeable;
 ALTER TABLE {s}.schedules DROP COLUMN last_fired_at;
 UPDATE {s}.meta SET value = '4' WHERE key = 'schema_version'
 """
-"""What version 5 added: taken away, today's schema is version 4 as it was."""
+"""What versions 5 and 6 added: taken away, today's schema is version 4 as it was."""
 
-VERSIONS_4_AND_5_ONLY = """
+VERSIONS_4_TO_6_ONLY = """
+DROP INDEX {s}.dead_purgeable;
 ALTER TABLE {s}.schedules DROP COLUMN last_fired_at;
 ALTER TABLE {s}.stream_heads DROP COLUMN trimmed_through;
 UPDATE {s}.meta SET value = '3' WHERE key = 'schema_version'
 """
-"""What versions 4 and 5 added: taken away, today's schema is version 3 as it was."""
+"""What versions 4 to 6 added: taken away, today's schema is version 3 as it was."""
 
-VERSIONS_3_TO_5_ONLY = """
+VERSIONS_3_TO_6_ONLY = """
+DROP INDEX {s}.dead_purgeable;
 ALTER TABLE {s}.schedules DROP COLUMN last_fired_at;
 ALTER TABLE {s}.stream_heads DROP COLUMN trimmed_through;
 DROP INDEX {s}.jobs_key;
@@ -246,7 +255,7 @@ ALTER TABLE {s}.dead DROP COLUMN key, DROP COLUMN visibility_timeout_s,
 ALTER TABLE {s}.schedules DROP COLUMN tz, DROP COLUMN job_key;
 UPDATE {s}.meta SET value = '2' WHERE key = 'schema_version'
 """
-"""What versions 3 to 5 added: taken away, today's schema is version 2 as it was."""
+"""What versions 3 to 6 added: taken away, today's schema is version 2 as it was."""
 
 
 def test_a_version_2_schema_gains_the_schedules_time_zone_keeping_its_schedules(
@@ -255,7 +264,7 @@ def test_a_version_2_schema_gains_the_schedules_time_zone_keeping_its_schedules(
     first = open_store()
     made = first.schedule("tick", "@every 1h", "jobs", {"v": 1})
     first.close()
-    run_sql(dsn, schema, VERSIONS_3_TO_5_ONLY)
+    run_sql(dsn, schema, VERSIONS_3_TO_6_ONLY)
     store = open_store()
     assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
     assert store.inspect().schedules() == [made]
@@ -282,7 +291,7 @@ def test_a_version_2_schema_gains_job_keys_and_traces_keeping_its_jobs(
         else:
             assert job.release()
     first.close()
-    run_sql(dsn, schema, VERSIONS_3_TO_5_ONLY)
+    run_sql(dsn, schema, VERSIONS_3_TO_6_ONLY)
     store = open_store()
     queue = store.queue("q", alkstore.QueueOpts(visibility_timeout_s=77))
     keyed = queue.enqueue("keyed", alkstore.EnqueueOpts(key="k"))
@@ -300,7 +309,7 @@ def test_a_version_3_schema_gains_stream_trims_keeping_its_streams(
     offsets = [first.stream("orders").publish(n) for n in range(3)]
     first.stream("orders").save_offset("billing", offsets[0])
     first.close()
-    run_sql(dsn, schema, VERSIONS_4_AND_5_ONLY)
+    run_sql(dsn, schema, VERSIONS_4_TO_6_ONLY)
     store = open_store()
     assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
     orders = store.stream("orders")
@@ -502,7 +511,7 @@ HOT_STATEMENTS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "next_ready": ({"queue": "q"}, ("jobs_ready", "jobs_claimed")),
     "expired_to_dead": ({"queue": "q", "expired": "expired"}, ("jobs_expiring",)),
     "get_live": ({"id": 1, "queue": "q"}, ("jobs_pkey",)),
-    "purge_dead": ({"queue": "q"}, ("dead_by_queue",)),
+    "purge_dead": ({"queue": "q"}, ("dead_purgeable",)),
     "publish": (
         {"stream": "s", "key": None, "payload": "1", "channel": "c", "wake": "w"},
         ("stream_heads_pkey",),
@@ -542,9 +551,42 @@ def test_a_version_4_schema_gains_the_schedules_last_fire_keeping_its_schedules(
     first = open_store()
     made = first.schedule("tick", "@every 1h", "jobs", {"v": 1})
     first.close()
-    run_sql(dsn, schema, VERSION_5_ONLY)
+    run_sql(dsn, schema, VERSIONS_5_AND_6_ONLY)
     store = open_store()
-    assert stored_version(dsn, schema) == str(SCHEMA_VERSION) == "5"
+    assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
     assert store.inspect().schedules() == [made]
     assert made.last_fire_at is None
     assert store.schedule("tick", "@every 1h", "jobs", 2).next_fire_at == made.next_fire_at
+
+
+DEAD_LETTERS = """
+INSERT INTO {s}.dead (id, queue_key, queue, payload, priority, run_at, created_at,
+    attempts, max_attempts, retention_s, last_error, died_at)
+SELECT i, sha256(convert_to('q', 'UTF8')), 'q', '"x"', 0, %(now)s, %(now)s, 3, 3,
+    CASE WHEN i %% 100 = 0 THEN 60 END, 'boom', %(now)s - i
+FROM generate_series(1, 20000) AS i
+"""
+"""20,000 dead letters of queue ``q``, died a second apart; 1 in 100 kept 60 s."""
+
+
+def test_a_version_5_schema_gains_the_purgeable_index_and_sweeps_read_only_through_it(
+    dsn: str, schema: str, open_store: OpenStore
+) -> None:
+    open_store().close()
+    run_sql(dsn, schema, VERSION_6_ONLY)
+    run_sql(dsn, schema, DEAD_LETTERS, {"now": time.time()})
+    store = open_store()
+    assert stored_version(dsn, schema) == str(SCHEMA_VERSION)
+    run_sql(dsn, schema, "ANALYZE {s}.dead")
+    with store.connection() as connection, connection.transaction(force_rollback=True):
+        explain = "EXPLAIN (ANALYZE, FORMAT JSON) " + store.sql.purge_dead
+        row = connection.execute(explain, {"queue": "q"}).fetchone()
+    assert row is not None
+    plan = json.dumps(row[0])
+    assert '"Seq Scan"' not in plan and '"dead_purgeable"' in plan, plan
+    # Dead 60 s or more with 60 s kept: ids 100, 200, ..., 20000 (200 rows); the
+    # 19,800 kept forever stay.
+    assert store.queue("q").sweep_expired() == 0
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        count = sql.SQL("SELECT count(*) FROM {}.dead").format(sql.Identifier(schema))
+        assert connection.execute(count).fetchone() == (19_800,)

@@ -68,12 +68,16 @@ _V3_TO_V4 = ("ALTER TABLE {s}.stream_heads ADD COLUMN trimmed_through bigint NOT
 # Schedules remember the boundary they fired last (Schedule.last_fire_at).
 _V4_TO_V5 = ("ALTER TABLE {s}.schedules ADD COLUMN last_fired_at double precision",)
 
+# Dead letters past their retention found by an index (dead_purgeable), which
+# comes with the current schema's DDL: nothing to change before it.
+_V5_TO_V6: tuple[str, ...] = ()
+
 _MIGRATIONS: Mapping[int, tuple[str, ...]] = {
-    1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4, 4: _V4_TO_V5,
+    1: _V1_TO_V2, 2: _V2_TO_V3, 3: _V3_TO_V4, 4: _V4_TO_V5, 5: _V5_TO_V6,
 }  # fmt: skip
 """Templates taking a schema from the version they are keyed by to the next one."""
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # One query over the catalog, no table read: every engine table's columns with
 # their types, and every engine index (relkind 'i', no columns listed).

@@ -178,6 +178,9 @@ INDEXES: Mapping[str, str] = {
     "jobs_claimed": "{s}.jobs (queue_key, deadline) WHERE deadline IS NOT NULL",
     "jobs_expiring": "{s}.jobs (queue_key, expires_at) WHERE expires_at IS NOT NULL",
     "dead_by_queue": "{s}.dead (queue_key, died_at)",
+    # A sweep's retention purge reads only the rows it may delete, not every
+    # dead letter of the queue (since version 6).
+    "dead_purgeable": "{s}.dead (queue_key, (died_at + retention_s)) WHERE retention_s IS NOT NULL",
 }
 """The secondary indexes, by name: what each is ``ON``."""
 
