@@ -171,7 +171,7 @@ class SQLiteQueue(Queue):
             moved = [row[0] for row in c.execute(statement, params).fetchall()]
             if moved:
                 c.execute(_sql.DELETE_DEAD_BY_IDS, (json.dumps(moved),))
-                c.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", params["now"]))
+                self._store.write_notice(c, queue_wake_key(self.name), "null")
         return len(moved)
 
     def _purge_dead(self, older_than_s: float | None) -> int:
@@ -198,7 +198,7 @@ class SQLiteQueue(Queue):
         with translate(f"retry job {job.id}"), self._store.in_transaction() as connection:
             if connection.execute(_sql.RETRY, retry).rowcount != 1:
                 return False
-            connection.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", now))
+            self._store.write_notice(connection, queue_wake_key(self.name), "null")
         return True
 
     def _fail_job(self, job: Job, error: str) -> bool:
@@ -215,7 +215,7 @@ class SQLiteQueue(Queue):
         with translate(f"release job {job.id}"), self._store.in_transaction() as connection:
             if connection.execute(_sql.RELEASE, self._holds(job, now)).rowcount != 1:
                 return False
-            connection.execute(_sql.NOTIFY, (queue_wake_key(self.name), "null", now))
+            self._store.write_notice(connection, queue_wake_key(self.name), "null")
         return True
 
     def _heartbeat_job(self, job: Job, extend_s: float) -> bool:

@@ -40,7 +40,7 @@ __all__ = ["SQLiteStore"]
 T = TypeVar("T")
 
 _NOTICE_HORIZON_S = 600.0  # notices older than this are pruned; watchers read them in ms
-_PRUNE_EVERY = 256
+_PRUNE_EVERY = 256  # a prune deletes up to 1,000 rows: it keeps ahead of the writes
 
 
 class SQLiteStore(Store):
@@ -86,15 +86,19 @@ class SQLiteStore(Store):
 
     def _notify(self, channel: str, payload_json: str) -> None:
         with translate(f"notify {channel!r}"), self.connection() as connection:
-            self._insert_notice(connection, channel, payload_json)
+            self.write_notice(connection, channel, payload_json)
         self.committed()
 
-    def _insert_notice(
-        self, connection: sqlite3.Connection, channel: str, payload_json: str
-    ) -> None:
+    def write_notice(self, connection: sqlite3.Connection, channel: str, payload_json: str) -> None:
+        """Insert a wake notice on ``connection``, in its transaction if it has one.
+
+        Every write of a notice goes through here: every ``_PRUNE_EVERY``-th one
+        also deletes the oldest notices past the horizon, so the table stays
+        bounded whichever calls write them (``notify_tx``, retries, schedules).
+        """
         now = time.time()
         connection.execute(_sql.NOTIFY, (channel, payload_json, now))
-        self._notices += 1
+        self._notices += 1  # racy under threads: it only spaces the prunes out
         if self._notices % _PRUNE_EVERY == 0:
             connection.execute(_sql.PRUNE_NOTICES, (now - _NOTICE_HORIZON_S,))
 
@@ -131,7 +135,7 @@ class SQLiteStore(Store):
                 (name, spec, interval_s, queue, payload_json, opts.priority, opts.max_attempts,
                  opts.expires, placed.anchor, placed.next_fire_at, placed.tz, opts.key),
             )  # fmt: skip
-            connection.execute(_sql.NOTIFY, (SCHEDULES_WAKE_KEY, "null", now))
+            self.write_notice(connection, SCHEDULES_WAKE_KEY, "null")
         last_fire_at = None if row is None else row[5]
         return Schedule(
             name, spec, queue, decode(payload_json), placed.next_fire_at, placed.tz, last_fire_at

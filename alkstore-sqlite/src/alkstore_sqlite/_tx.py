@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +79,7 @@ class SQLiteTx(TxHandle):
         self._check_still_open()
         self._send_jobs()
         with translate(f"notify {channel!r}"):
-            self._connection.execute(_sql.NOTIFY, (channel, payload_json, time.time()))
+            self._store.write_notice(self._connection, channel, payload_json)
 
     def _save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
         self._check_still_open()
