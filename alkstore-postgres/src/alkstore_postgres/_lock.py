@@ -12,18 +12,66 @@ if TYPE_CHECKING:
     from alkstore_postgres._sql import Statements
     from alkstore_postgres._store import PostgresStore
 
-__all__ = ["PostgresLock", "acquire", "release", "renew", "renewal"]
+__all__ = ["LapsedLocks", "PostgresLock", "acquire", "release", "renew", "renewal"]
+
+SWEEP_EVERY = 256
+"""Every this many lock attempts of a store, one window of lock rows is swept."""
+
+SWEEP_WINDOW = 2_000
+"""Lock rows a sweep reads at most."""
+
+SWEEP_GRACE_S = 60.0
+"""A lapsed lock's row is deleted only this long after its expiry."""
 
 
-def acquire(sql: Statements, name: str, owner: str, ttl_s: float) -> Plan[bool]:
+class LapsedLocks:
+    """Deletes the rows of locks lapsed for a while, one window of keys at a time.
+
+    A lock nobody releases (its holder died, or it serves as a TTL marker) keeps
+    its row until its name is taken again; with names that never repeat, rows
+    would pile up for good. Every ``SWEEP_EVERY``-th attempt of the store sweeps
+    the next ``SWEEP_WINDOW`` keys in order, wrapping around at the end: each
+    sweep reads a bounded number of rows, and the sweeps pass over the table
+    faster than attempts can add rows to it. Deleting a lapsed lock changes
+    nothing anyone sees: nobody holds it, and the next attempt takes it anyway
+    (one racing the sweep finds the row gone or renewed, never half-deleted).
+    """
+
+    __slots__ = ("_after", "_attempts")
+
+    def __init__(self) -> None:
+        self._attempts = 0  # racy under threads: it only spaces the sweeps out
+        self._after = b""
+
+    def after_attempt(self, sql: Statements) -> Plan[None]:
+        """Count a lock attempt; on every ``SWEEP_EVERY``-th, sweep the next window
+        in the attempt's transaction."""
+        self._attempts += 1
+        if self._attempts % SWEEP_EVERY:
+            return
+        window = {"after": self._after, "window": SWEEP_WINDOW}
+        end = yield Statement(sql.lock_window_end, window, Fetch.ONE)
+        if end is None:  # past the last key: start again from the first
+            self._after = b""
+            return
+        through = {"after": self._after, "through": end[0], "grace": SWEEP_GRACE_S}
+        yield Statement(sql.delete_lapsed_locks, through)
+        self._after = bytes(end[0])
+
+
+def acquire(
+    sql: Statements, name: str, owner: str, ttl_s: float, lapsed: LapsedLocks | None = None
+) -> Plan[bool]:
     """Take the lock for ``owner``; True if ``owner`` holds it afterwards (an
-    existing hold by ``owner`` keeps its expiry)."""
+    existing hold by ``owner`` keeps its expiry). ``lapsed`` sweeps on its turn."""
     yield Operation(f"lock {name!r}", transaction=True)
     params = {"name": stored(name), "owner": stored(owner), "ttl": ttl_s}
-    if (yield Statement(sql.try_lock, params, Fetch.ONE)) is not None:
-        return True
-    held = yield Statement(sql.lock_held, params, Fetch.ONE)
-    return held is not None
+    held = (yield Statement(sql.try_lock, params, Fetch.ONE)) is not None
+    if not held:
+        held = (yield Statement(sql.lock_held, params, Fetch.ONE)) is not None
+    if lapsed is not None:
+        yield from lapsed.after_attempt(sql)
+    return held
 
 
 def renew(sql: Statements, name: str, owner: str, ttl_s: float) -> Plan[bool]:

@@ -619,6 +619,15 @@ class Statements:
             "DELETE FROM {s}.locks WHERE name_key = {name_key} AND owner = %(owner)s "
             "RETURNING expires_at > {now}"
         )
+        # A sweep of lapsed locks, one window of keys at a time (``_lock.LapsedLocks``).
+        self.lock_window_end = render(
+            "SELECT name_key FROM (SELECT name_key FROM {s}.locks WHERE name_key > %(after)s "
+            "ORDER BY name_key LIMIT %(window)s) AS w ORDER BY name_key DESC LIMIT 1"
+        )
+        self.delete_lapsed_locks = render(
+            "DELETE FROM {s}.locks WHERE name_key > %(after)s AND name_key <= %(through)s "
+            "AND expires_at < {now} - %(grace)s"
+        )
         self.get_schedule = render(
             "SELECT spec, anchor, next_fire_at, tz, {now}, last_fired_at FROM {s}.schedules "
             "WHERE name_key = {name_key} FOR UPDATE"

@@ -17,7 +17,7 @@ from alkstore_postgres._connections import connect_kwargs, has_input
 from alkstore_postgres._errors import connect_errors, translate
 from alkstore_postgres._inspect import PostgresInspector
 from alkstore_postgres._job_buffer import JobIds
-from alkstore_postgres._lock import PostgresLock, acquire
+from alkstore_postgres._lock import LapsedLocks, PostgresLock, acquire
 from alkstore_postgres._plan import Plan, opening, run_plan, run_steps
 from alkstore_postgres._pool_log import pool_name, quiet_pool_noise
 from alkstore_postgres._queue import PostgresQueue
@@ -51,6 +51,7 @@ class PostgresStore(Store):
         self.sql = Statements(settings.schema)
         self.job_ids = JobIds(self.sql.reserve_job_ids)
         """Job ids reserved for enqueues in transactions (see ``_job_buffer``)."""
+        self._lapsed_locks = LapsedLocks()
         self._conninfo = conninfo
         self._connect_kwargs = connect_kwargs(conninfo, settings)
         with connect_errors(address):
@@ -166,7 +167,7 @@ class PostgresStore(Store):
         return PostgresQueue(self, name, opts)
 
     def _try_lock(self, name: str, owner: str, ttl_s: float) -> Lock | None:
-        held = self.run(acquire(self.sql, name, owner, ttl_s))
+        held = self.run(acquire(self.sql, name, owner, ttl_s, self._lapsed_locks))
         return PostgresLock(self, name, owner, ttl_s) if held else None
 
     def _schedule(

@@ -297,6 +297,13 @@ RENEW_LOCK = """
 UPDATE __alkstore_locks SET expires_at = ? WHERE name = ? AND owner = ? AND expires_at > ?
 """
 RELEASE_LOCK = "DELETE FROM __alkstore_locks WHERE name = ? AND owner = ? RETURNING expires_at"
+# A sweep of lapsed locks, one window of names at a time (see ``_lock.LapsedLocks``).
+LOCK_WINDOW_END = """
+SELECT max(name) FROM (SELECT name FROM __alkstore_locks WHERE name > ? ORDER BY name LIMIT ?)
+"""
+DELETE_LAPSED_LOCKS = """
+DELETE FROM __alkstore_locks WHERE name > ? AND name <= ? AND expires_at < ?
+"""
 
 # Schedules
 

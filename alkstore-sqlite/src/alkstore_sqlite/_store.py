@@ -24,7 +24,7 @@ from alkstore_sqlite import _sql
 from alkstore_sqlite._capabilities import CAPABILITIES
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._inspect import SQLiteInspector
-from alkstore_sqlite._lock import SQLiteLock, acquire
+from alkstore_sqlite._lock import LapsedLocks, SQLiteLock, acquire
 from alkstore_sqlite._pool import ConnectionPool, begin, connect, transaction
 from alkstore_sqlite._prompt import PromptCalls
 from alkstore_sqlite._queue import SQLiteQueue
@@ -60,6 +60,7 @@ class SQLiteStore(Store):
         self._prompt_calls = PromptCalls(self.pool, writes=settings.durability == "normal")
         self._watcher = Watcher(path, settings)
         self._notices = 0
+        self._lapsed_locks = LapsedLocks()
 
     @property
     def watcher_error(self) -> BaseException | None:
@@ -114,6 +115,7 @@ class SQLiteStore(Store):
     def _try_lock(self, name: str, owner: str, ttl_s: float) -> Lock | None:
         with translate(f"lock {name!r}"), self.in_transaction() as connection:
             held = acquire(connection, name, owner, ttl_s)
+            self._lapsed_locks.after_attempt(connection)
         return SQLiteLock(self, name, owner, ttl_s) if held else None
 
     def _schedule(
