@@ -19,7 +19,7 @@ from psycopg import sql
 
 import alkstore
 from alkstore import RECONNECT_CHANNEL, QueueOpts
-from alkstore_postgres import PostgresAsyncStore
+from alkstore_postgres import PostgresAsyncStore, _async_store
 
 
 def _with_application_name(dsn: str, name: str) -> str:
@@ -284,6 +284,31 @@ def test_a_connection_given_back_goes_to_a_waiting_checkout_not_to_the_spare(
             assert time.monotonic() - started < 3, "a checkout waited for the pool's timeout"
             assert len(await queue.claim_batch("w", 200)) == 100
             assert store.pool.get_stats()["connections_num"] == 1
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_spare_goes_through_the_pool_on_its_turn_in_a_quiet_service_too(
+    dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held back as the spare, a connection escapes the pool's rules (its
+    ``max_lifetime``); a store with few calls still sends it through the pool
+    once ``_SPARE_TURN_S`` has passed, not only every 256th give-back."""
+    monkeypatch.setattr(_async_store, "_SPARE_TURN_S", 0.3)
+
+    async def scenario() -> None:
+        store = await _open(dsn, schema, pool_min_size=1, pool_max_size=2)
+        try:
+            queue = store.queue("t")
+            await queue.enqueue(1)  # its connection is kept as the spare
+            assert store.pool.get_stats().get("pool_available", 0) == 0
+            await asyncio.sleep(0.4)
+            await queue.enqueue(2)  # the turn: back to the pool
+            assert store.pool.get_stats().get("pool_available", 0) == 1
+            await queue.enqueue(3)  # kept again until the next turn
+            assert store.pool.get_stats().get("pool_available", 0) == 0
         finally:
             await store.close()
 

@@ -16,8 +16,10 @@ new one.
 The spare: an idle connection given back while no checkout waits on the
 pool is kept in one slot for the next checkout, instead of going through
 the pool's lock and a shielded task. Keeping it awaits nothing, so there is
-nothing for a cancellation to cut; every 256th give-back, a closing store
-and a waiting checkout send it through the pool as before.
+nothing for a cancellation to cut; every 256th give-back, the first one a
+minute after the last such turn, a closing store and a waiting checkout send
+it through the pool as before, so the pool's rules (``max_lifetime``) reach it
+in a quiet service too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import time
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
@@ -59,6 +62,9 @@ _COMPANION_POOL_SIZE = 2
 _SPARE_TURNS = 256
 """Every this many give-backs the spare goes through the pool, which then
 applies its own rules to it (``max_lifetime``, its statistics)."""
+
+_SPARE_TURN_S = 60.0
+"""And at least this often, however few the give-backs."""
 
 
 class PostgresAsyncStore(AsyncStore):
@@ -97,6 +103,7 @@ class PostgresAsyncStore(AsyncStore):
         self._spare: psycopg.AsyncConnection | None = None
         """An idle connection held back from the pool for the next checkout."""
         self._give_backs = 0
+        self._pool_turn_at = time.monotonic() + _SPARE_TURN_S
         self._waiting_on_pool = 0
         """Checkouts of this store waiting for the pool now: while any does, a
         connection given back goes to the pool, where they wait for it."""
@@ -209,11 +216,20 @@ class PostgresAsyncStore(AsyncStore):
             self._spare is not None
             or self._closed
             or self._waiting_on_pool
-            or self._give_backs % _SPARE_TURNS == 0
+            or self._pool_turn_due()
             or not _idle(connection)
         ):
             return False
         self._spare = connection
+        return True
+
+    def _pool_turn_due(self) -> bool:
+        """Whether this give-back goes through the pool on its turn (see ``_SPARE_TURNS``
+        and ``_SPARE_TURN_S``); a turn taken starts the clock again."""
+        now = time.monotonic()
+        if self._give_backs % _SPARE_TURNS and now < self._pool_turn_at:
+            return False
+        self._pool_turn_at = now + _SPARE_TURN_S
         return True
 
     async def _return(self, connection: psycopg.AsyncConnection) -> None:
