@@ -199,11 +199,22 @@ class Job(ClaimedJob["Queue"]):
 
 
 def describe_error(error: str | BaseException) -> str:
-    """Return what is recorded as ``last_error``: the text, or ``Type: message``."""
+    """Return what is recorded as ``last_error``: the text, or ``Type: message``.
+
+    Lone surrogates (a file name decoded with ``surrogateescape``, say) cannot
+    be stored as UTF-8: they are written as ``\\udcff`` escapes instead, so a
+    handler's odd error message never keeps its job from being settled.
+    """
     if isinstance(error, BaseException):
         message = str(error)
         name = type(error).__qualname__
-        return f"{name}: {message}" if message else name
-    if not isinstance(error, str):
+        text = f"{name}: {message}" if message else name
+    elif isinstance(error, str):
+        text = error
+    else:
         raise TypeError(f"error must be a str or an exception, not {type(error).__name__}")
-    return error
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

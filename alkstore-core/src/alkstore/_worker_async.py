@@ -248,7 +248,7 @@ class AsyncRunner:
             held = self._ledger.next_unstarted()
             if held is None:
                 return
-            task = asyncio.ensure_future(self._execute(held))
+            task = asyncio.ensure_future(self._guarded(self._execute(held), "handler task"))
             self._tasks.add(task)
             task.add_done_callback(self._handler_done)
 

@@ -278,6 +278,21 @@ def test_each_retry_records_its_own_error(store: alkstore.Store) -> None:
     assert info(queue, job_id).last_error == "ValueError: second"
 
 
+def test_errors_no_utf_8_can_hold_are_recorded_with_their_odd_characters_escaped(
+    store: alkstore.Store,
+) -> None:
+    """A file name decoded with ``surrogateescape`` in a handler's error must not
+    keep the job from being settled: the lone surrogate is stored as an escape."""
+    queue = store.queue("q", QueueOpts(max_attempts=5))
+    job_id = queue.enqueue(1)
+    odd = b"report-\xff.csv".decode("utf-8", "surrogateescape")
+    assert claim(queue).retry(FileNotFoundError(f"no {odd}"), 0)
+    assert info(queue, job_id).last_error == "FileNotFoundError: no report-\\udcff.csv"
+    assert claim(queue).fail("\ud800 and \N{SNOWMAN} \x00 kept")
+    snapshot = info(queue, job_id)
+    assert (snapshot.state, snapshot.last_error) == ("dead", "\\ud800 and \N{SNOWMAN} \x00 kept")
+
+
 def test_fail_dead_letters_at_once(store: alkstore.Store) -> None:
     queue = store.queue("q")
     job_id = queue.enqueue(1)

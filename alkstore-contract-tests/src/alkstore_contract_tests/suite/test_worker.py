@@ -85,6 +85,26 @@ def test_a_job_failing_its_last_attempt_is_dead_lettered(
     assert eventually(dead).last_error == "RuntimeError: no"
 
 
+def test_a_handler_error_utf_8_cannot_hold_is_retried_and_the_worker_goes_on(
+    store: alkstore.Store, running: StartRunning
+) -> None:
+    odd_name = b"in-\xff.csv".decode("utf-8", "surrogateescape")
+
+    def handler(job: Job) -> None:
+        if job.attempts == 1:
+            raise FileNotFoundError(f"no {odd_name}")
+
+    queue = store.queue("work", QueueOpts(max_attempts=3, backoff_base_s=0.01))
+    first = queue.enqueue("odd")
+    worker = make_worker(store, queue, handler)
+    running(worker)
+    eventually(lambda: worker.stats().failed == 1)
+    eventually(lambda: queue.get_job(first) is None)  # acked on its second attempt
+    then = queue.enqueue("next")
+    eventually(lambda: queue.get_job(then) is None)
+    assert worker.stats().succeeded == 2
+
+
 def test_a_long_job_is_heartbeated_past_its_visibility_timeout(
     store: alkstore.Store, peer: alkstore.Store, running: StartRunning
 ) -> None:
