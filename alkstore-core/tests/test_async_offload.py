@@ -204,6 +204,29 @@ def test_an_end_cancelled_before_it_ran_still_ends_the_transaction(
     run(body)
 
 
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_an_end_whose_await_is_cancelled_before_it_began_still_ends_the_transaction(
+    tmp_path: Path, ending: str
+) -> None:
+    """``wait_for(tx.commit(), 0)`` cancels the await before the coroutine's first
+    step: the end starts when called, so the transaction is not left open."""
+    target = tmp_path / "a.db"
+
+    async def body() -> None:
+        async with alkstore.open_async(target, busy_timeout_s=1) as store:
+            tx = await store.begin_tx()
+            await tx.enqueue_tx("q", None, "kept or dropped")
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(getattr(tx, ending)(), 0)
+            await asyncio.sleep(0.2)
+            assert tx.state.value == ("committed" if ending == "commit" else "rolled back")
+            await store.queue("q").enqueue("next")  # the write lock is free
+            ready = [job.payload for job in await store.inspect().jobs("q", "pending")]
+            assert ready == (["kept or dropped", "next"] if ending == "commit" else ["next"])
+
+    run(body)
+
+
 class Ledger:
     """What the fuzz knows about every job: committed for sure, maybe, acked."""
 

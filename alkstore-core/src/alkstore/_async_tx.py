@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
@@ -148,25 +149,55 @@ class AsyncTxHandle:
         sql, params = portable_params(check_sql(sql), params, style)
         return await self._execute(sql, params)
 
-    async def commit(self) -> None:
+    def commit(self) -> Awaitable[None]:
         """Commit the business write and every side effect together; ends the handle.
+
+        The commit starts when called, and a cancellation of its await does not
+        stop it: even cancelled before it began (``wait_for(tx.commit(), 0)``),
+        it ends the transaction rather than leave it open holding its locks.
 
         Raises:
             RuntimeError: a framework owns this transaction (see :attr:`owner`).
         """
         if self.owner is not None:
             raise refuse_owned_end(self.owner, "commit")
-        await self._finish(self._commit, TxState.COMMITTED)
+        return self._end_now(self._commit, TxState.COMMITTED)
 
-    async def rollback(self) -> None:
+    def rollback(self) -> Awaitable[None]:
         """Drop the business write and every side effect; ends the handle.
+
+        Started when called, like :meth:`commit`: a cancelled await still rolls back.
 
         Raises:
             RuntimeError: a framework owns this transaction (see :attr:`owner`).
         """
         if self.owner is not None:
             raise refuse_owned_end(self.owner, "roll back")
-        await self._finish(self._rollback, TxState.ROLLED_BACK)
+        return self._end_now(self._rollback, TxState.ROLLED_BACK)
+
+    def _end_now(self, hook: Callable[[], Awaitable[None]], ended: TxState) -> Awaitable[None]:
+        """Start ending the transaction with ``hook``; return what awaits the end.
+
+        A task of its own ends it, started now (eagerly from Python 3.12), so
+        that no cancellation can keep it from running; an outcome nobody
+        awaits any more is retrieved, so it logs nothing.
+        """
+        ending = self._finish(hook, ended)
+        if sys.version_info >= (3, 12):
+            task = asyncio.Task(ending, loop=asyncio.get_running_loop(), eager_start=True)
+        else:
+            task = asyncio.ensure_future(ending)
+        task.add_done_callback(_retrieve)
+        return self._await_end(task, ended)
+
+    async def _await_end(self, task: asyncio.Future[None], ended: TxState) -> None:
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # The end goes on in its task; for its caller the handle has ended.
+            if self.state is TxState.OPEN:
+                self.state = ended
+            raise
 
     async def _finish(self, hook: Callable[[], Awaitable[None]], ended: TxState) -> None:
         self._check_active()
@@ -231,8 +262,7 @@ class AsyncTxHandle:
         if exc_type is None:
             await self.commit()
         else:
-            # Shielded: a second cancellation must not leave the transaction open.
-            await asyncio.shield(self.rollback())
+            await self.rollback()  # started at once: a cancellation cannot keep it open
 
     def __repr__(self) -> str:
         owned = "" if self.owner is None else f", in {self.owner}'s transaction"
@@ -247,6 +277,8 @@ class AsyncTxHandle:
         self._store._check_open()  # first: closing the store also rolled us back
         if self.state is not TxState.OPEN:
             raise Closed(f"this transaction is already {self.state.value}")
+        if self._ending:
+            raise Closed("this transaction is already ending")
 
     async def _traced_enqueue_tx(self, queue: str, stamp: JobStamp, payload_json: str) -> int:
         plain = stamp_unless_traced(stamp)
@@ -309,3 +341,8 @@ class AsyncTxHandle:
 def _roll_back_if_open(twin: TxHandle) -> None:
     if twin.active:
         twin.rollback()
+
+
+def _retrieve(task: asyncio.Future[None]) -> None:
+    if not task.cancelled():
+        task.exception()
