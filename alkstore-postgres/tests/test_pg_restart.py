@@ -3,7 +3,11 @@ no user call after the restart fails on a connection the restart closed."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import time
+
+import pytest
 
 import alkstore
 from alkstore import RECONNECT_CHANNEL, Wake
@@ -40,3 +44,35 @@ def test_a_server_restart_loses_nothing_and_fails_no_later_call(
         assert wakes.recv(10) == Wake("orders")
     finally:
         store.close()
+
+
+# A spinning listener never yields to the loop, so no asyncio timeout can end
+# the test: pytest-timeout's thread ends it (and its process) instead.
+@pytest.mark.timeout(120, method="thread")
+def test_an_async_store_keeps_its_event_loop_free_while_the_server_is_down(
+    throwaway_server: ThrowawayServer,
+) -> None:
+    """Receivers that come and go during an outage (parked workers do) must not
+    make the LISTEN task spin: the loop keeps turning, and the wakes come back."""
+
+    async def scenario() -> None:
+        store = await alkstore.open_async(throwaway_server.dsn, connect_timeout_s=2)
+        try:
+            wakes = await store.listen("orders")
+            throwaway_server.stop()
+            await asyncio.sleep(0.5)  # the listener notices the loss
+            cpu_before, started = time.process_time(), time.monotonic()
+            for n in range(5):
+                passing = await asyncio.wait_for(store.listen(f"passing {n}"), 5)
+                passing.close()
+                await asyncio.sleep(0.2)
+            lag = time.monotonic() - started - 5 * 0.2
+            cpu = time.process_time() - cpu_before
+            assert lag < 1.0, f"the event loop stalled for {lag:.1f} s"
+            assert cpu < 0.5, f"{cpu:.2f} s of CPU in 1 s of outage: the listener spins"
+            throwaway_server.start()
+            assert await asyncio.wait_for(wakes.recv_async(), 30) == Wake(RECONNECT_CHANNEL)
+        finally:
+            await store.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))

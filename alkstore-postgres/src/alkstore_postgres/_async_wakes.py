@@ -233,6 +233,10 @@ class AsyncListener:
         """Sleep between reconnects; stop promptly when the store closes."""
         deadline = time.monotonic() + seconds
         while not self._stopping and (left := deadline - time.monotonic()) > 0:
+            # A nudge (a receiver came or went) is taken here: left set, it would
+            # make every wait below return at once, and the loop spin the CPU
+            # without yielding to the event loop for the rest of the outage.
+            self._nudged = False
             self._release_joiners()  # no subscriber waits on a dead connection
             await self._wait_for_nudge(None, left)
 
