@@ -201,6 +201,40 @@ def test_the_pools_warnings_about_its_dead_connections_are_turned_down_to_debug(
     assert any(r.getMessage().startswith("discarding closed connection") for r in pool_records)
 
 
+def test_the_turned_down_warnings_reach_no_handler_while_the_pool_logs_no_debug(
+    dsn: str, tagged: tuple[str, PostgresStore]
+) -> None:
+    """A handler of no level of its own (``logging.basicConfig``'s) shows what its
+    loggers pass: the turned-down records must not pass unless DEBUG is on."""
+    tagged_dsn, store = tagged
+    queue = store.queue("q")
+    queue.enqueue(1)
+    handler = _Kept()
+    pool_logger = logging.getLogger("psycopg.pool")
+    level = pool_logger.level
+    pool_logger.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    try:
+        assert terminate_backends(dsn, tagged_dsn, listener=False) >= 1
+        time.sleep(0.2)  # the FATAL reaches the idle connection's socket
+        queue.enqueue(2)  # hands the dead connection back: the pool discards it
+    finally:
+        logging.getLogger().removeHandler(handler)
+        pool_logger.setLevel(level)
+    assert [r.getMessage() for r in handler.records if r.name == "psycopg.pool"] == []
+
+
+class _Kept(logging.Handler):
+    """A handler of no level of its own that keeps every record it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def test_warnings_of_pools_alkstore_did_not_make_stay_warnings(
     dsn: str, schema: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -40,6 +40,9 @@ class _DemoteOwnPoolNoise(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.WARNING and record.msg in _NOISE and _ours(record):
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            # The logger let it through as a WARNING; as DEBUG it goes on only where
+            # DEBUG is on (handlers of their own level, NOTSET, would show it all).
+            return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
         return True
 
 
