@@ -41,7 +41,7 @@ from alkstore_postgres._async_stream import PostgresAsyncStream
 from alkstore_postgres._async_tx import PostgresAsyncTx
 from alkstore_postgres._async_wakes import AsyncListener
 from alkstore_postgres._capabilities import CAPABILITIES
-from alkstore_postgres._connections import connect_kwargs, has_input
+from alkstore_postgres._connections import RECONNECT_GIVE_UP_S, connect_kwargs, has_input
 from alkstore_postgres._eager import shielded
 from alkstore_postgres._errors import connect_errors, translate
 from alkstore_postgres._job_buffer import JobIds
@@ -133,6 +133,7 @@ class PostgresAsyncStore(AsyncStore):
             max_size=settings.pool_max_size,
             kwargs=kwargs,
             timeout=settings.connect_timeout_s,
+            reconnect_timeout=RECONNECT_GIVE_UP_S,
             open=False,
         )
         try:

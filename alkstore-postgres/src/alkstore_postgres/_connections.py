@@ -8,7 +8,18 @@ from typing import Any
 
 from alkstore_postgres._settings import Settings
 
-__all__ = ["connect_kwargs", "has_input"]
+__all__ = ["RECONNECT_GIVE_UP_S", "connect_kwargs", "has_input"]
+
+RECONNECT_GIVE_UP_S = 4.0
+"""psycopg_pool's ``reconnect_timeout`` for the engine's pools.
+
+The pool retries a lost connection with a delay that doubles without bound
+(1, 2, 4, 8 ... s) until this many seconds have passed, then gives up on it;
+the next checkout that finds the pool short starts a new attempt at once.
+The default (5 minutes) let the delay grow with the outage: after 35 s down,
+the first connection came 25 s after the server was back. Giving up after
+4 s keeps the gap between attempts at 2 s at most.
+"""
 
 
 def connect_kwargs(conninfo: str, settings: Settings) -> dict[str, Any]:

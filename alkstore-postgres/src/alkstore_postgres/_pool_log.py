@@ -1,7 +1,7 @@
 """psycopg_pool's per-attempt warnings about alkstore's own pools, turned down to DEBUG.
 
-During an outage the pool logs a WARNING for every failed reconnect attempt
-and for every dead connection it discards: a dozen lines for five seconds
+During an outage the pool logs a WARNING for every failed reconnect attempt,
+every attempt it gives up on and every dead connection it discards: a dozen lines for five seconds
 down. alkstore's runners already log one warning per outage (and an info
 line when it ends), so for the pools alkstore made these records become
 DEBUG, still there for whoever turns ``psycopg.pool`` up. Other pools in the
@@ -24,6 +24,7 @@ _NOISE = frozenset(
         "error connecting in %r: %s",
         "discarding closed connection: %s",
         "discarding broken connection: %s",
+        "reconnection attempt in pool %r failed after %s sec",
     }
 )
 _numbers = itertools.count(1)

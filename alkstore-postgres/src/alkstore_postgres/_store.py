@@ -13,7 +13,7 @@ import psycopg_pool
 from alkstore import Closed, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import Lock, Store, TxHandle, WakeReceiver
 from alkstore_postgres._capabilities import CAPABILITIES
-from alkstore_postgres._connections import connect_kwargs, has_input
+from alkstore_postgres._connections import RECONNECT_GIVE_UP_S, connect_kwargs, has_input
 from alkstore_postgres._errors import connect_errors, translate
 from alkstore_postgres._inspect import PostgresInspector
 from alkstore_postgres._job_buffer import JobIds
@@ -71,6 +71,7 @@ class PostgresStore(Store):
             max_size=settings.pool_max_size,
             kwargs=self._connect_kwargs,
             timeout=settings.connect_timeout_s,
+            reconnect_timeout=RECONNECT_GIVE_UP_S,
             open=False,
         )
         with connect_errors(address):
