@@ -11,6 +11,7 @@ import textwrap
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import psycopg_pool
@@ -184,6 +185,36 @@ def test_an_unreachable_server_fails_at_open_naming_host_and_port_not_the_passwo
     message = str(raised.value)
     assert message == "cannot connect to PostgreSQL at 127.0.0.1:1: Connection refused"
     assert password not in message
+
+
+def _options(connection: psycopg.Connection[Any]) -> dict[str, str]:
+    """The libpq options ``connection`` was made with."""
+    return {o.keyword.decode(): (o.val or b"").decode() for o in connection.pgconn.info}
+
+
+def test_connections_detect_a_vanished_server_unless_the_dsn_says_otherwise(
+    dsn: str, schema: str
+) -> None:
+    """Keepalives and a TCP user timeout bound how long a statement, or the LISTEN
+    connection's wait, hangs on a server gone without a word (a network cut)."""
+    store = alkstore.open(dsn, schema=schema)
+    assert isinstance(store, PostgresStore)
+    try:
+        with store.connection() as connection:
+            options = _options(connection)
+    finally:
+        store.close()
+    assert (options["keepalives"], options["keepalives_idle"]) == ("1", "15")
+    assert (options["keepalives_interval"], options["keepalives_count"]) == ("5", "3")
+    assert options["tcp_user_timeout"] == "30000"
+    separator = "&" if "?" in dsn else "?"
+    store = alkstore.open(f"{dsn}{separator}keepalives_idle=120", schema=schema)
+    assert isinstance(store, PostgresStore)
+    try:
+        with store.connection() as connection:
+            assert _options(connection)["keepalives_idle"] == "120"
+    finally:
+        store.close()
 
 
 def test_the_pools_warnings_about_its_dead_connections_are_turned_down_to_debug(

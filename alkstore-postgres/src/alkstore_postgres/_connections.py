@@ -22,6 +22,16 @@ the first connection came 25 s after the server was back. Giving up after
 """
 
 
+_DEAD_PEER_DETECTION = {
+    "keepalives": 1,
+    "keepalives_idle": 15,  # seconds of silence before the first probe
+    "keepalives_interval": 5,
+    "keepalives_count": 3,  # so an idle connection to a vanished server fails in ~30 s
+    "tcp_user_timeout": 30_000,  # ms: sent data unacknowledged this long fails the connection
+}
+"""TCP settings of every connection (libpq's names), unless its DSN sets them."""
+
+
 def connect_kwargs(conninfo: str, settings: Settings) -> dict[str, Any]:
     """The keyword arguments of every connection the engine makes to ``conninfo``.
 
@@ -38,6 +48,13 @@ def connect_kwargs(conninfo: str, settings: Settings) -> dict[str, Any]:
     }
     if settings.pooler == "transaction":
         kwargs["prepare_threshold"] = None
+    # A server gone without a word (a network cut, a vanished host) leaves the
+    # connection half-open: a statement, or the LISTEN connection's wait for
+    # notifications, would hang for the kernel's retransmissions (about 15
+    # minutes) or keepalive idle time (2 hours). Each is set unless the DSN does.
+    for parameter, value in _DEAD_PEER_DETECTION.items():
+        if parameter not in conninfo:
+            kwargs[parameter] = value
     # pg_stat_activity shows "alkstore" unless the DSN names the application
     # (as a parameter, or in options=-c..., which the fallback would override).
     if "application_name" not in conninfo:
