@@ -135,8 +135,11 @@ def test_many_threads_deliver_without_losing_the_wake(deliveries: int) -> None:
 
 @pytest.mark.parametrize(
     ("timeout", "seconds"),
-    [(None, None), (math.inf, None), (-math.inf, 0.0), (-1, 0.0), (0, 0.0), (0.25, 0.25), (2, 2.0)],
-)
+    [
+        (None, None), (math.inf, None), (1e10, None), (1e300, None), (10**400, None),
+        (-math.inf, 0.0), (-1, 0.0), (0, 0.0), (0.25, 0.25), (2, 2.0), (86400 * 365, 86400 * 365.0),
+    ],
+)  # fmt: skip
 def test_check_timeout_reads_every_number_as_a_wait(timeout: object, seconds: object) -> None:
     assert check_timeout(timeout) == seconds
 
@@ -155,7 +158,8 @@ def test_recv_with_a_nan_timeout_raises_instead_of_blocking() -> None:
         asyncio.run(receiver.recv_async(math.nan))
 
 
-def test_recv_with_an_infinite_timeout_waits_for_the_wake() -> None:
+@pytest.mark.parametrize("timeout", [math.inf, 1e10, 1e300])
+def test_recv_with_an_infinite_or_huge_timeout_waits_for_the_wake(timeout: float) -> None:
     receiver = BufferedWakeReceiver("orders")
     threading.Timer(0.05, receiver.deliver, [Wake("orders")]).start()
-    assert receiver.recv(math.inf) == Wake("orders")
+    assert receiver.recv(timeout) == Wake("orders")

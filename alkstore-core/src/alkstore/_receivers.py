@@ -30,11 +30,16 @@ R = TypeVar("R", bound="Receiver[Any]")
 _EXECUTOR_SLICE_S = 0.25
 
 
+_FOREVER_S = 10 * 365 * 86400.0
+"""A ``recv`` timeout past this (ten years) waits as long as it takes."""
+
+
 def check_timeout(timeout: object) -> float | None:
     """Return how long a ``recv`` may wait: seconds, or None for as long as it takes.
 
-    None and infinity wait until an item comes or the receiver closes; zero or
-    a negative number only looks.
+    None and infinity wait until an item comes or the receiver closes, and so
+    does any wait longer than ``_FOREVER_S`` (the platform's locks refuse some
+    finite ones, ``1e10`` on Linux); zero or a negative number only looks.
 
     Raises:
         ValueError: ``timeout`` is NaN, or not a number.
@@ -45,12 +50,14 @@ def check_timeout(timeout: object) -> float | None:
         raise ValueError(
             f"timeout must be a number of seconds or None, not {type(timeout).__name__}"
         )
+    if isinstance(timeout, int) and timeout > _FOREVER_S:  # past what a float holds, maybe
+        return None
     seconds = float(timeout)
     if math.isnan(seconds):
         raise ValueError("timeout must be a number of seconds or None, not NaN")
-    if math.isinf(seconds):
-        return None if seconds > 0 else 0.0
-    return max(seconds, 0.0)
+    if seconds > _FOREVER_S:
+        return None
+    return max(seconds, 0.0)  # -inf too
 
 
 class Receiver(abc.ABC, Generic[T]):
