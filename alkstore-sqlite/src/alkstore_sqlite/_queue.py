@@ -118,11 +118,13 @@ class SQLiteQueue(Queue):
     def _job(self, row: tuple[Any, ...], worker_id: str) -> Job:
         (job_id, payload, priority, attempts, max_attempts, run_at, deadline, backoff, lease,
          key, traceparent) = row  # fmt: skip
+        # RETURNING hands back a REAL column's whole-number value as an int (it
+        # reports the value before the column's affinity applies): made floats here.
         return Job(
             queue=self, id=job_id, payload=decode(payload), priority=priority,
-            attempts=attempts, max_attempts=max_attempts, run_at=run_at, deadline=deadline,
-            worker_id=worker_id, backoff_base_s=backoff, visibility_timeout_s=lease, key=key,
-            traceparent=traceparent,
+            attempts=attempts, max_attempts=max_attempts, run_at=float(run_at),
+            deadline=float(deadline), worker_id=worker_id, backoff_base_s=float(backoff),
+            visibility_timeout_s=float(lease), key=key, traceparent=traceparent,
         )  # fmt: skip
 
     def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:

@@ -92,6 +92,17 @@ def test_claiming_counts_the_attempt_and_sets_the_deadline(store: alkstore.Store
     assert snapshot.deadline == pytest.approx(job.deadline, abs=1)
 
 
+def test_a_claimed_jobs_times_are_floats_even_when_whole(store: alkstore.Store) -> None:
+    queue = store.queue("q", QueueOpts(visibility_timeout_s=30, backoff_base_s=5))
+    queue.enqueue("x", EnqueueOpts(run_at=1_700_000_000))
+    job = claim(queue)
+    times = (job.run_at, job.deadline, job.visibility_timeout_s)
+    assert [type(value) for value in times] == [float] * 3, times
+    assert (job.run_at, job.visibility_timeout_s) == (1_700_000_000, 30)
+    [listed] = store.inspect().jobs("q")
+    assert (type(listed.run_at), type(listed.created_at), type(listed.deadline)) == (float,) * 3
+
+
 def test_ack_deletes_the_row_once(store: alkstore.Store) -> None:
     queue = store.queue("q")
     job_id = queue.enqueue(1)
