@@ -30,10 +30,13 @@ def acquire(connection: sqlite3.Connection, name: str, owner: str, ttl_s: float)
     """Take the lock for ``owner`` inside the caller's write transaction.
 
     True if ``owner`` holds it afterwards: newly acquired, taken over after
-    expiry, or already held (then its expiry is left as it was).
+    expiry, or already held (then its expiry is left as it was). A row written
+    here is held whatever its TTL: one too small to move ``now`` (``1e-9``)
+    still acquires, as on PostgreSQL, and has lapsed by the next look.
     """
     now = time.time()
-    connection.execute(_sql.TRY_LOCK, (name, owner, now + ttl_s, now))
+    if connection.execute(_sql.TRY_LOCK, (name, owner, now + ttl_s, now)).fetchone():
+        return True
     return holds(connection, name, owner, now)
 
 

@@ -291,6 +291,7 @@ TRY_LOCK = """
 INSERT INTO __alkstore_locks (name, owner, expires_at) VALUES (?, ?, ?)
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
 WHERE __alkstore_locks.expires_at <= ?
+RETURNING owner
 """
 LOCK_HOLDER = "SELECT owner, expires_at FROM __alkstore_locks WHERE name = ?"
 RENEW_LOCK = """

@@ -57,6 +57,18 @@ def test_an_expired_lock_nobody_took_can_be_neither_renewed_nor_released(
     assert peer.try_lock("report", "b", 10) is not None
 
 
+def test_a_free_lock_is_acquired_whatever_its_ttl(
+    store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    """A TTL too small to move the clock still acquires a free lock (a handle, not
+    None, which says another owner holds it); the lock has lapsed at once."""
+    for n, ttl in enumerate((1e-9, 1e-7, 1e-6)):
+        lock = store.try_lock(f"tiny {n}", "a", ttl)
+        assert lock is not None, f"try_lock with ttl={ttl:g} on a free name"
+        time.sleep(0.01)
+        assert peer.try_lock(f"tiny {n}", "b", 10) is not None
+
+
 def test_renew_extends_a_held_lock_from_now(store: alkstore.Store, peer: alkstore.Store) -> None:
     lock = store.try_lock("report", "a", 0.2)
     assert lock is not None
