@@ -88,3 +88,9 @@ def test_an_unterminated_literal_leaves_the_rest_to_the_database() -> None:
         "SELECT ?, 'open :b",
         [1],
     )
+
+
+@pytest.mark.parametrize("params", [[1], (1,), ()])
+def test_named_sql_with_a_sequence_is_refused(params: object) -> None:
+    with pytest.raises(TypeError, match=r":a, :b: give params as a mapping"):
+        portable_params("SELECT :a, :b, :a", params, "qmark")  # type: ignore[arg-type]

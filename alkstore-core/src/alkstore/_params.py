@@ -10,7 +10,8 @@ comments, the ``::`` cast, a colon right after a word character (``a[1:n]``,
 ``x:y``) and, as in SQLAlchemy, a colon escaped as ``\\:``.
 
 SQL given with a sequence, or with a mapping but no ``:name`` in it, is the
-engine's native style and passes through untouched.
+engine's native style and passes through untouched; ``:name`` SQL given a
+sequence is refused (sqlite3 would bind it by position, psycopg not at all).
 """
 
 from __future__ import annotations
@@ -58,8 +59,16 @@ def portable_params(
 
     Raises:
         ValueError: the SQL names a parameter that ``params`` does not hold.
+        TypeError: the SQL names parameters and ``params`` is a sequence.
     """
     if not isinstance(params, Mapping):
+        if names := _scan(sql).names:
+            shown = ", ".join(":" + name for name in dict.fromkeys(names))
+            raise TypeError(
+                f"tx.execute: the SQL names {shown}: give params as a mapping of those "
+                f"names, which every engine binds; a {type(params).__name__} binds only "
+                "the engine's own placeholders"
+            )
         return sql, params
     template = _scan(sql)
     if not template.names and template.texts[0] == sql:

@@ -49,3 +49,14 @@ def test_a_name_without_a_value_is_refused_before_anything_runs(store: alkstore.
     job = store.queue("emails").claim_one("w")
     assert job is not None
     assert job.payload == "the transaction goes on"
+
+
+def test_named_sql_given_a_sequence_is_refused_before_anything_runs(
+    store: alkstore.Store,
+) -> None:
+    """Binding ``:name`` by position is what one driver does and another refuses:
+    every engine refuses it the same way, and the transaction goes on."""
+    with store.transaction() as tx:
+        with pytest.raises(TypeError, match=":n: give params as a mapping"):
+            tx.execute("SELECT :n", [1])
+        assert [tuple(row) for row in tx.execute("SELECT :n", {"n": 2})] == [(2,)]
