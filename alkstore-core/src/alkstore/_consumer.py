@@ -42,7 +42,7 @@ from alkstore._options import check_duration, check_int
 from alkstore._outage import Outage
 from alkstore._run_stats import RunStats, call_to_completion
 from alkstore._signals import stop_on_signals
-from alkstore._store import StopSignal, Store
+from alkstore._store import StopSignal, Store, check_stop_signal, check_store
 from alkstore._stream import MAX_READ, EventReceiver, Stream
 from alkstore._tx import TxHandle
 from alkstore._values import StreamEvent
@@ -91,6 +91,7 @@ class Consumer:
         transactional: bool = False,
         idle_wait_s: float = 1.0,
     ) -> None:
+        check_store(store)
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         self.store = store
@@ -140,6 +141,7 @@ class Consumer:
                 offset of the events handled before it (one try).
         """
         stream = self._sync_stream("run(stop)")
+        check_stop_signal(stop)
         self._started_at = time.monotonic()
         with contextlib.suppress(Closed):
             while not stop.is_set() and not self.store.closed:
@@ -179,6 +181,7 @@ class Consumer:
         are delivered again next time (at least once).
         """
         stop = asyncio.Event() if stop is None else stop
+        check_stop_signal(stop, "an asyncio.Event")
         self._started_at = time.monotonic()
         await AsyncConsumerRun(self).run(stop)
 
@@ -378,6 +381,8 @@ def _resolve_stream(
 ) -> Stream | AsyncStream:
     if isinstance(stream, str):
         return store.stream(stream)
+    if not isinstance(stream, (Stream, AsyncStream)):
+        raise TypeError(f"stream must be a name or a stream, not {type(stream).__name__}")
     if isinstance(store, AsyncStore) != isinstance(stream, AsyncStream):
         raise TypeError(f"{stream!r} is not a stream of {store!r}")
     return stream

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from alkstore._scheduler import DueSchedule, DueSchedules, Fired
 
 __all__ = [
-    "DEFAULT_SCHEDULER_LEASE_S", "StopSignal", "Store", "check_schedule", "default_owner",
+    "DEFAULT_SCHEDULER_LEASE_S", "StopSignal", "Store", "check_schedule", "check_stop_signal",
+    "check_store", "default_owner",
 ]  # fmt: skip
 
 
@@ -50,6 +51,33 @@ class StopSignal(Protocol):
     def is_set(self) -> bool: ...
 
     def wait(self, timeout: float | None = None) -> bool: ...
+
+
+def check_store(store: object) -> None:
+    """Refuse what is not an open-able store for a runner (``Worker``, ``Consumer``).
+
+    Raises:
+        TypeError: ``store`` is neither a ``Store`` nor an ``AsyncStore``.
+    """
+    from alkstore._async_store import AsyncStore  # noqa: PLC0415 - it imports this module
+
+    if not isinstance(store, (Store, AsyncStore)):
+        raise TypeError(
+            "store must be a Store (alkstore.open) or an AsyncStore (alkstore.open_async), "
+            f"not {type(store).__name__}"
+        )
+
+
+def check_stop_signal(stop: object, kind: str = "a threading.Event") -> None:
+    """Refuse, up front, a ``stop`` argument that cannot say it is set.
+
+    Raises:
+        TypeError: ``stop`` has no ``is_set()`` and ``wait()`` (``kind`` names
+            what fits: ``threading.Event`` for sync runners, ``asyncio.Event``
+            for async ones).
+    """
+    if not (callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))):
+        raise TypeError(f"stop must be {kind} (is_set() and wait()), not {type(stop).__name__}")
 
 
 class Store(StoreBasics, abc.ABC):
@@ -213,8 +241,10 @@ class Store(StoreBasics, abc.ABC):
 
         Raises:
             LeadershipLost: this runner was leader and failed to renew.
+            TypeError: ``stop`` is not an event (``threading.Event``).
         """
         self._check_open()
+        check_stop_signal(stop)
         owner = default_owner() if owner is None else check_identifier(owner, "owner")
         run_scheduler(self, stop, owner)
 

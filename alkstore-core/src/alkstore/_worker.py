@@ -38,7 +38,7 @@ from alkstore._outbox import Outbox
 from alkstore._queue import MAX_BATCH, Queue
 from alkstore._run_stats import RunStats
 from alkstore._signals import stop_on_signals
-from alkstore._store import StopSignal, Store, default_owner
+from alkstore._store import StopSignal, Store, check_stop_signal, check_store, default_owner
 from alkstore._worker_async import AsyncQueuePort, AsyncRunner, OffloadedQueuePort
 from alkstore._worker_ledger import Ledger
 from alkstore._worker_threads import ThreadRunner
@@ -87,6 +87,7 @@ class Worker:
         grace_s: float = 30.0,
         idle_wait_s: float = 5.0,
     ) -> None:
+        check_store(store)
         if not callable(handler):
             raise TypeError(f"handler must be callable, not {type(handler).__name__}")
         self.store = store
@@ -134,6 +135,7 @@ class Worker:
                 released, other running jobs given ``grace_s``, nothing held.
         """
         queue = self._sync_queue("run(stop)")
+        check_stop_signal(stop)
         handler: Callable[[Any], object] = self.handler
         runner = ThreadRunner(
             self._ledger, queue, self.worker_id, handler,
@@ -187,6 +189,7 @@ class Worker:
             BaseException: as :meth:`run` does, after the same shutdown.
         """
         stop = asyncio.Event() if stop is None else stop
+        check_stop_signal(stop, "an asyncio.Event")
         queue = self.queue
         port = (
             AsyncQueuePort(queue, self.worker_id)
