@@ -224,6 +224,41 @@ def test_a_write_locked_past_the_busy_timeout_is_a_database_error(path: str) -> 
         store.close()
 
 
+def test_a_write_waiting_on_its_own_threads_transaction_says_so(path: str) -> None:
+    """One writer per file: a write from the thread that holds a transaction
+    open, made outside it, waits for that transaction in vain. The error says
+    why; from another thread it is an ordinary lock wait."""
+    store = alkstore.open(path, busy_timeout_s=0.1)
+    try:
+        with store.transaction() as tx:
+            tx.enqueue_tx("q", None, "inside")
+            with pytest.raises(alkstore.Database, match="this thread holds an open alkstore"):
+                store.queue("q").enqueue("outside")
+            failed: list[BaseException] = []
+            other = threading.Thread(target=_enqueue_catching, args=(store, failed))
+            other.start()
+            other.join(10)
+            assert len(failed) == 1
+            assert "another connection held the write lock" in str(failed[0])
+        assert store.queue("q").enqueue("after") > 0  # counted out: an ordinary store again
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("BEGIN IMMEDIATE")
+            with pytest.raises(alkstore.Database, match="another connection held"):
+                store.queue("q").enqueue("held elsewhere")
+        finally:
+            holder.close()
+    finally:
+        store.close()
+
+
+def _enqueue_catching(store: alkstore.Store, failed: list[BaseException]) -> None:
+    try:
+        store.queue("q").enqueue("from another thread")
+    except alkstore.Database as exc:
+        failed.append(exc)
+
+
 def test_a_file_from_a_newer_schema_is_refused(path: str) -> None:
     alkstore.open(path).close()
     with raw(path) as connection:

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import collections
 import sqlite3
+import threading
 
 from alkstore.engine import DriverErrors
 
-__all__ = ["met_a_lock", "translate"]
+__all__ = ["met_a_lock", "transaction_ended", "transaction_opened", "translate"]
+
+_open_transactions: collections.Counter[int] = collections.Counter()
+"""Open transactions of this process's stores, by the thread that began each."""
+_open_lock = threading.Lock()
+
+_OWN_LOCK_HINT = (
+    "this thread holds an open alkstore transaction, which holds the write lock of its "
+    "file: a write to that file from this thread outside the transaction waits for it "
+    "to end, in vain; write through the transaction (tx.enqueue_tx and the like) or "
+    "end it first"
+)
 
 
 class translate(DriverErrors):  # noqa: N801 - used like a function: `with translate(...)`
@@ -17,9 +30,27 @@ class translate(DriverErrors):  # noqa: N801 - used like a function: `with trans
 
     def describe(self, exc: BaseException) -> str:
         message = str(exc) or type(exc).__name__
-        if met_a_lock(exc):
-            return f"{message} (another connection held the write lock past the busy timeout)"
-        return message
+        if not met_a_lock(exc):
+            return message
+        if _open_transactions[threading.get_ident()]:
+            return f"{message} ({_OWN_LOCK_HINT})"
+        return f"{message} (another connection held the write lock past the busy timeout)"
+
+
+def transaction_opened() -> int:
+    """Count a transaction the calling thread began; return the thread's ident."""
+    thread = threading.get_ident()
+    with _open_lock:
+        _open_transactions[thread] += 1
+    return thread
+
+
+def transaction_ended(thread: int) -> None:
+    """Uncount a transaction ``thread`` began (from whichever thread ends it)."""
+    with _open_lock:
+        _open_transactions[thread] -= 1
+        if _open_transactions[thread] <= 0:
+            del _open_transactions[thread]
 
 
 _BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED: primary codes, the low byte of extended ones

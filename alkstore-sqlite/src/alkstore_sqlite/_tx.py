@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from alkstore.engine import JobStamp, Params, TxHandle
 from alkstore_sqlite import _sql
-from alkstore_sqlite._errors import translate
+from alkstore_sqlite._errors import transaction_ended, transaction_opened, translate
 from alkstore_sqlite._queue import insert_job, job_row
 from alkstore_sqlite._stream import insert_event, raise_offset
 
@@ -36,7 +36,11 @@ class SQLiteTx(TxHandle):
         self._next_job_id: int | None = None
         self._pending_jobs: list[tuple[Any, ...]] = []
         # A forgotten handle must not hold the write lock forever.
-        self._abandon = weakref.finalize(self, _roll_back_and_close, connection) if owned else None
+        self._abandon = (
+            weakref.finalize(self, _roll_back_and_close, connection, transaction_opened())
+            if owned
+            else None
+        )
 
     @property
     def connection(self) -> sqlite3.Connection:
@@ -129,10 +133,13 @@ class SQLiteTx(TxHandle):
 
     def _end(self) -> None:
         if self._abandon is not None:
-            self._abandon.detach()
+            detached = self._abandon.detach()
+            if detached is not None:
+                transaction_ended(detached[2][1])
             self._store.pool.release(self._connection)
 
 
-def _roll_back_and_close(connection: sqlite3.Connection) -> None:
+def _roll_back_and_close(connection: sqlite3.Connection, thread: int) -> None:
+    transaction_ended(thread)
     with contextlib.suppress(sqlite3.Error):
         connection.close()  # closing rolls back an open transaction
