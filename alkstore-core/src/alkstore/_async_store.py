@@ -26,13 +26,7 @@ from alkstore._offload import Lane, Offloader, WouldWait
 from alkstore._options import OUTBOX_QUEUE_OPTS, QueueOpts, ScheduleOpts, check_duration
 from alkstore._receivers import WakeReceiver
 from alkstore._scheduler import run_scheduler
-from alkstore._store import (
-    Store,
-    check_schedule,
-    check_stop_signal,
-    default_owner,
-    refuse_cron_unless_stored,
-)
+from alkstore._store import Store, check_schedule, default_owner, refuse_cron_unless_stored
 from alkstore._store_basics import DEFAULT_SCHEDULER_LEASE_S, StoreBasics
 from alkstore._tx import TxHandle
 from alkstore._values import Schedule
@@ -195,7 +189,6 @@ class AsyncStore(StoreBasics):
             TypeError: ``stop`` is not an event (``asyncio.Event``).
         """
         self._check_open()
-        check_stop_signal(stop, "an asyncio.Event")
         if not isinstance(stop, asyncio.Event):
             raise TypeError(f"stop must be an asyncio.Event, not {type(stop).__name__}")
         owner = default_owner() if owner is None else check_identifier(owner, "owner")
