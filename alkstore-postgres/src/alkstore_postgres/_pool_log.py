@@ -1,11 +1,11 @@
 """psycopg_pool's per-attempt warnings about alkstore's own pools, turned down to DEBUG.
 
 During an outage the pool logs a WARNING for every failed reconnect attempt,
-every attempt it gives up on and every dead connection it discards: a dozen lines for five seconds
-down. alkstore's runners already log one warning per outage (and an info
-line when it ends), so for the pools alkstore made these records become
-DEBUG, still there for whoever turns ``psycopg.pool`` up. Other pools in the
-process are left as they are.
+every attempt it gives up on and every dead connection it discards: a dozen
+lines for five seconds down. alkstore's runners already log one warning per
+outage (and an info line when it ends), so for the pools alkstore made these
+records become DEBUG, shown only where ``psycopg.pool`` is turned up to it.
+Other pools in the process are left as they are.
 """
 
 from __future__ import annotations
