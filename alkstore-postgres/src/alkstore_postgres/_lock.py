@@ -25,16 +25,16 @@ SWEEP_GRACE_S = 60.0
 
 
 class LapsedLocks:
-    """Deletes the rows of locks lapsed for a while, one window of keys at a time.
+    """Deletes the rows of locks lapsed for a while, one window of keys at a time,
+    so that locks nobody releases (holders that died, TTL markers under names
+    that never repeat) do not pile up.
 
-    A lock nobody releases (its holder died, or it serves as a TTL marker) keeps
-    its row until its name is taken again; with names that never repeat, rows
-    would pile up for good. Every ``SWEEP_EVERY``-th attempt of the store sweeps
-    the next ``SWEEP_WINDOW`` keys in order, wrapping around at the end: each
-    sweep reads a bounded number of rows, and the sweeps pass over the table
-    faster than attempts can add rows to it. Deleting a lapsed lock changes
-    nothing anyone sees: nobody holds it, and the next attempt takes it anyway
-    (one racing the sweep finds the row gone or renewed, never half-deleted).
+    The sweep rides on every ``SWEEP_EVERY``-th lock attempt of the store, in
+    its transaction, and reads the next ``SWEEP_WINDOW`` keys of ``locks_pkey``
+    (wrapping around): bounded work each time, and a pass over the table faster
+    than attempts add rows. Nobody holds a lapsed lock, so its row going
+    changes nothing anyone sees; an attempt racing the delete waits for its
+    row lock, then finds the row gone (and inserts) or renewed (and skipped).
     """
 
     __slots__ = ("_after", "_attempts")
