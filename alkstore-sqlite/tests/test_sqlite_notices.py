@@ -4,12 +4,14 @@ ones are pruned, so the table stays bounded in a store that runs for months."""
 from __future__ import annotations
 
 import contextlib
+import random
 import sqlite3
 import time
 from collections.abc import Callable
 
 import pytest
 
+import alkstore
 from alkstore_sqlite import SQLiteStore
 
 STALE = 5_000
@@ -70,6 +72,15 @@ WRITERS: dict[str, Callable[[SQLiteStore, int], None]] = {
 }
 
 
+def add_stale_notices(path: str) -> None:
+    hour_ago = time.time() - 3600
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.executemany(
+            "INSERT INTO __alkstore_notices (channel, payload, created_at) VALUES (?, ?, ?)",
+            [("old", "null", hour_ago)] * STALE,
+        )
+
+
 def stale_notices(path: str) -> int:
     with contextlib.closing(sqlite3.connect(path)) as connection:
         (count,) = connection.execute(
@@ -82,12 +93,7 @@ def stale_notices(path: str) -> int:
 def test_old_notices_are_pruned_whatever_writes_new_ones(
     store: SQLiteStore, path: str, writer: str
 ) -> None:
-    hour_ago = time.time() - 3600
-    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
-        connection.executemany(
-            "INSERT INTO __alkstore_notices (channel, payload, created_at) VALUES (?, ?, ?)",
-            [("old", "null", hour_ago)] * STALE,
-        )
+    add_stale_notices(path)
     for n in range(WRITES):
         WRITERS[writer](store, n)
     assert stale_notices(path) <= STALE - 1_000, f"{writer} never prunes old notices"
@@ -99,3 +105,18 @@ def test_notices_within_the_horizon_are_kept(store: SQLiteStore, path: str) -> N
     with contextlib.closing(sqlite3.connect(path)) as connection:
         (count,) = connection.execute("SELECT count(*) FROM __alkstore_notices").fetchone()
     assert count == WRITES, "a watcher may still have to read them"
+
+
+def test_a_store_opened_for_one_write_may_prune_too(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prune count starts at a random point of its cadence, so stores that
+    live for a call or two (a request, a command) prune as often between them
+    as one long-lived store would: here the draw falls on the last point."""
+    alkstore.open(path).close()
+    add_stale_notices(path)
+    monkeypatch.setattr(random, "randrange", lambda stop: stop - 1)
+    with alkstore.open(path) as store:
+        assert isinstance(store, SQLiteStore)
+        notify_tx(store, 1)
+    assert stale_notices(path) == STALE - 1_000

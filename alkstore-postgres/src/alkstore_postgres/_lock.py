@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING
 
 from alkstore.engine import Lock
@@ -40,7 +41,10 @@ class LapsedLocks:
     __slots__ = ("_after", "_attempts")
 
     def __init__(self) -> None:
-        self._attempts = 0  # racy under threads: it only spaces the sweeps out
+        # Counted from a random start, so that stores opened for a few calls each
+        # (a request, a command) sweep too, as often between them. Racy under
+        # threads: it only spaces the sweeps out.
+        self._attempts = random.randrange(SWEEP_EVERY)
         self._after = b""
 
     def after_attempt(self, sql: Statements) -> Plan[None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -59,7 +60,8 @@ class SQLiteStore(Store):
         """A pooled connection (autocommit) for the block: ``with store.connection() as c``."""
         self._prompt_calls = PromptCalls(self.pool, writes=settings.durability == "normal")
         self._watcher = Watcher(path, settings)
-        self._notices = 0
+        # From a random start, so that stores opened for a few calls each prune too.
+        self._notices = random.randrange(_PRUNE_EVERY)
         self._lapsed_locks = LapsedLocks()
 
     @property
