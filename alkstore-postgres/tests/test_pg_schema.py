@@ -524,8 +524,7 @@ HOT_STATEMENTS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     ),
     "try_lock": ({"name": "l", "owner": "o", "ttl": 1.0}, ("locks_pkey",)),
     "renew_lock": ({"name": "l", "owner": "o", "ttl": 1.0}, ("locks_pkey",)),
-    "lock_window_end": ({"after": b"", "window": 10}, ("locks_pkey",)),
-    "delete_lapsed_locks": ({"after": b"", "through": b"\xff", "grace": 60.0}, ("locks_pkey",)),
+    "sweep_lapsed_locks": ({"after": b"", "window": 10, "grace": 60.0}, ("locks_pkey",)),
     "get_schedule": ({"name": "n"}, ("schedules_pkey",)),
     "advance_schedule": ({"name": "n", "to": 1.0, "from": 0.0}, ("schedules_pkey",)),
 }

@@ -30,32 +30,31 @@ def notify_tx(store: SQLiteStore, n: int) -> None:
         tx.notify_tx("news", n)
 
 
-def retry(store: SQLiteStore, n: int) -> None:
-    queue = store.queue("jobs")
-    queue.enqueue(n)
-    job = queue.claim_one("w")
+def claimed(store: SQLiteStore, n: int) -> alkstore.Job:
+    """A new job of queue ``jobs``, enqueued and claimed."""
+    store.queue("jobs").enqueue(n)
+    job = store.queue("jobs").claim_one("w")
     assert job is not None
+    return job
+
+
+def retry(store: SQLiteStore, n: int) -> None:
+    job = claimed(store, n)
     assert job.retry("again", delay_s=0)
-    assert queue.cancel(job.id)
+    assert store.queue("jobs").cancel(job.id)
 
 
 def release(store: SQLiteStore, n: int) -> None:
-    queue = store.queue("jobs")
-    queue.enqueue(n)
-    job = queue.claim_one("w")
-    assert job is not None
+    job = claimed(store, n)
     assert job.release()
-    assert queue.cancel(job.id)
+    assert store.queue("jobs").cancel(job.id)
 
 
 def requeue_dead(store: SQLiteStore, n: int) -> None:
-    queue = store.queue("jobs")
-    queue.enqueue(n)
-    job = queue.claim_one("w")
-    assert job is not None
+    job = claimed(store, n)
     assert job.fail("boom")
-    assert queue.requeue_dead([job.id]) == 1
-    assert queue.cancel(job.id)
+    assert store.queue("jobs").requeue_dead([job.id]) == 1
+    assert store.queue("jobs").cancel(job.id)
 
 
 def schedule(store: SQLiteStore, n: int) -> None:

@@ -34,8 +34,10 @@ class LapsedLocks:
     its transaction, and reads the next ``SWEEP_WINDOW`` keys of ``locks_pkey``
     (wrapping around): bounded work each time, and a pass over the table faster
     than attempts add rows. Nobody holds a lapsed lock, so its row going
-    changes nothing anyone sees; an attempt racing the delete waits for its
-    row lock, then finds the row gone (and inserts) or renewed (and skipped).
+    changes nothing anyone sees. The sweep skips rows another transaction
+    holds (an attempt taking that lock over, another sweep), so it never waits
+    and never deadlocks with them; an attempt that meets a row the sweep holds
+    waits for it, then finds it gone and inserts.
     """
 
     __slots__ = ("_after", "_attempts")
@@ -53,14 +55,10 @@ class LapsedLocks:
         self._attempts += 1
         if self._attempts % SWEEP_EVERY:
             return
-        window = {"after": self._after, "window": SWEEP_WINDOW}
-        end = yield Statement(sql.lock_window_end, window, Fetch.ONE)
-        if end is None:  # past the last key: start again from the first
-            self._after = b""
-            return
-        through = {"after": self._after, "through": end[0], "grace": SWEEP_GRACE_S}
-        yield Statement(sql.delete_lapsed_locks, through)
-        self._after = bytes(end[0])
+        window = {"after": self._after, "window": SWEEP_WINDOW, "grace": SWEEP_GRACE_S}
+        end = yield Statement(sql.sweep_lapsed_locks, window, Fetch.ONE)
+        # Past the last key, start again from the first.
+        self._after = b"" if end is None else bytes(end[0])
 
 
 def acquire(

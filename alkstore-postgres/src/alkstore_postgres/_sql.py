@@ -619,14 +619,18 @@ class Statements:
             "DELETE FROM {s}.locks WHERE name_key = {name_key} AND owner = %(owner)s "
             "RETURNING expires_at > {now}"
         )
-        # A sweep of lapsed locks, one window of keys at a time (``_lock.LapsedLocks``).
-        self.lock_window_end = render(
-            "SELECT name_key FROM (SELECT name_key FROM {s}.locks WHERE name_key > %(after)s "
-            "ORDER BY name_key LIMIT %(window)s) AS w ORDER BY name_key DESC LIMIT 1"
-        )
-        self.delete_lapsed_locks = render(
-            "DELETE FROM {s}.locks WHERE name_key > %(after)s AND name_key <= %(through)s "
-            "AND expires_at < {now} - %(grace)s"
+        # A sweep of lapsed locks, one window of keys at a time (``_lock.LapsedLocks``):
+        # deletes the window's locks lapsed past the grace, skipping rows another
+        # transaction holds (two sweeps never wait on each other), and answers the
+        # window's last key (no row past the table's end).
+        self.sweep_lapsed_locks = render(
+            "WITH win AS (SELECT name_key FROM {s}.locks WHERE name_key > %(after)s "
+            "ORDER BY name_key LIMIT %(window)s), "
+            "lapsed AS (SELECT name_key FROM {s}.locks "
+            "WHERE name_key IN (SELECT name_key FROM win) "
+            "AND expires_at < {now} - %(grace)s FOR UPDATE SKIP LOCKED), "
+            "gone AS (DELETE FROM {s}.locks WHERE name_key IN (SELECT name_key FROM lapsed)) "
+            "SELECT name_key FROM win ORDER BY name_key DESC LIMIT 1"
         )
         self.get_schedule = render(
             "SELECT spec, anchor, next_fire_at, tz, {now}, last_fired_at FROM {s}.schedules "
