@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -257,3 +258,37 @@ def test_with_a_token_an_operator_logs_in_before_seeing_anything(
             assert all(TOKEN not in cookie["value"] for cookie in cookies)
         finally:
             context.close()
+
+
+def test_an_action_reaches_exactly_the_queue_confirmed_and_long_names_wrap(
+    browser: Browser, server: str, dsn: str
+) -> None:
+    """Names only a line break tells apart: the browser's form posts the one
+    confirmed (a form field would have turned ``billing\\r`` into ``billing\\r\\n``).
+    A 12,000-character name wraps in its cell instead of widening the page."""
+    lookalikes = ("billing\r", "billing\r\n", "billing")
+    with alkstore.open(dsn) as store:
+        for queue in lookalikes:
+            doomed = store.queue(queue, QueueOpts(max_attempts=1))
+            doomed.enqueue("p")
+            job = doomed.claim_one("w")
+            assert job is not None
+            assert job.fail("boom")
+        store.queue("x" * 12_000).enqueue("p")
+
+        context = browser.new_context(viewport={"width": 1200, "height": 800})
+        page = context.new_page()
+        page.set_default_timeout(STEP_TIMEOUT_MS)
+        try:
+            page.goto(f"{server}/")
+            expect(page.locator("tr[data-queue]")).to_have_count(4)
+            assert page.evaluate("document.documentElement.scrollWidth") <= 1200
+
+            query = urllib.parse.urlencode({"action": "purge", "queue": "billing\r"})
+            page.goto(f"{server}/confirm?{query}")
+            page.locator("#confirm").click()
+            expect(page.locator("#outcome")).to_have_text("Purged 1 dead jobs.")
+        finally:
+            context.close()
+        left = {queue: len(store.inspect().jobs(queue, "dead")) for queue in lookalikes}
+    assert left == {"billing\r": 0, "billing\r\n": 1, "billing": 1}

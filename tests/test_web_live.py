@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from html import unescape
 from typing import Any
 
 import pytest
@@ -109,3 +110,25 @@ def test_live_viewers_are_sent_the_tables_after_another_process_enqueues(
                 break
     assert seen[0] == 1
     assert seen[-1] == 2
+
+
+def test_a_live_update_carries_every_name_unchanged(dsn: str, served: str) -> None:
+    """Events are split into lines where the event stream format breaks them
+    (CR, LF) and nowhere else: U+2028 and its like stay inside a name."""
+    names = {"u\u2028x\u2029y\x85z\x0bv\x1cw", "cr\r", "lf\nend"}
+    with alkstore.open(dsn) as store:
+        for name in names:
+            store.queue(name).enqueue(1)
+    with (
+        httpx.Client(timeout=WAIT_S) as http,
+        http.stream("GET", f"{served}/events") as response,
+    ):
+        received = ""
+        for chunk in response.iter_text():  # not iter_lines: it splits at U+2028 too
+            received += chunk
+            if re.search(r"event: overview\n(data: [^\r\n]*\n)+\n", received):
+                break
+    found = re.search(r"event: overview\n((?:data: [^\r\n]*\n)+)\n", received)
+    assert found, received
+    html = "\n".join(line[len("data: ") :] for line in found[1].split("\n")[:-1])
+    assert {unescape(value) for value in re.findall(r'data-queue="([^"]*)"', html)} == names

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import re
 import secrets
 import time
 import urllib.parse
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -27,6 +29,7 @@ from alkstore.web._backlog import Backlog
 from alkstore.web._overview import Overview, OverviewRead
 from alkstore.web._params import BadRequest
 from alkstore.web._security import AUTH_COOKIE, SESSION_COOKIE, Guard, SecurityHeaders
+from alkstore.web._shown import exact, shown, visible
 from alkstore.web._source import Source
 
 __all__ = ["alkstore_web_app"]
@@ -41,6 +44,7 @@ _ACTIONS = {
     "purge": "Purge (delete) every dead job of {queue}",
 }
 _HEARTBEAT_S = 10.0
+_SSE_LINE_BREAK = re.compile("\r\n|\r|\n")
 _STREAM_LIFETIME_S = 60.0
 _RECONNECT_MS = 2000
 _PAGE_WAIT_S = 0.15
@@ -91,8 +95,11 @@ class _Dashboard:
             loader=jinja2.FileSystemLoader(_HERE / "templates"),
             autoescape=True,
             undefined=jinja2.StrictUndefined,
+            finalize=exact,
         )
-        self.templates.filters.update(when=_when, age=_age, pretty=_pretty)
+        self.templates.filters.update(
+            when=_when, age=_age, pretty=_pretty, shown=shown, visible=visible
+        )
 
     # Rendering
 
@@ -225,10 +232,11 @@ class _Dashboard:
     async def confirm(self, request: Request) -> Response:
         self._check_actions()
         action, queue, job_id = _action(dict(request.query_params))
-        question = _ACTIONS[action].format(queue=queue, id=job_id)
+        question = Markup(_ACTIONS[action]).format(queue=shown(queue), id=job_id)
         return self.render(
-            request, "confirm.html", action=action, queue=queue, job_id=job_id, question=question
-        )
+            request, "confirm.html", action=action, queue=queue, job_id=job_id,
+            question=question, target_query=_target_query(action, queue, job_id),
+        )  # fmt: skip
 
     async def act(self, request: Request) -> Response:
         self._check_actions()
@@ -238,7 +246,7 @@ class _Dashboard:
                 request, "error.html", 403, title="Refused",
                 detail="the form is stale or came from another site (CSRF check): reload the page",
             )  # fmt: skip
-        action, queue, job_id = _action(form)
+        action, queue, job_id = _action(_submitted(request, form))
         outcome = await self._perform(action, queue, job_id)
         _log.info("alkstore web: %s on %r (id %s): %s", action, queue, job_id, outcome)
         return self.render(request, "done.html", outcome=outcome, queue=queue, job_id=job_id)
@@ -282,6 +290,26 @@ def _action(given: dict[str, str]) -> tuple[str, str, int | None]:
     return action, queue, job_id
 
 
+def _target_query(action: str, queue: str, job_id: int | None) -> str:
+    """The query string naming what a confirmed action acts on."""
+    target = {"action": action, "queue": queue}
+    if job_id is not None:
+        target["id"] = str(job_id)
+    return urllib.parse.urlencode(target, quote_via=urllib.parse.quote)
+
+
+def _submitted(request: Request, form: dict[str, str]) -> dict[str, str]:
+    """What an action's POST asks for: the confirm page puts it in the URL (a
+    form field would not carry every name intact: an HTML parser rewrites
+    carriage returns); a client may post it as form fields instead, but never
+    as both, disagreeing."""
+    submitted = dict(request.query_params)
+    for field, value in form.items():
+        if submitted.setdefault(field, value) != value:
+            raise BadRequest(f"the URL and the form disagree on {field!r}")
+    return submitted
+
+
 async def _form(request: Request) -> dict[str, str]:
     """An urlencoded form body (no multipart: the dashboard posts nothing else)."""
     body = await request.body()
@@ -295,8 +323,12 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 def _event(name: str, data: str) -> str:
-    """One server-sent event; each line of ``data`` its own ``data:`` field."""
-    lines = "".join(f"data: {line}\n" for line in data.splitlines() or [""])
+    """One server-sent event; each line of ``data`` its own ``data:`` field.
+
+    Split where the event stream format breaks lines (CR, LF, CRLF) and nowhere
+    else: ``str.splitlines`` also splits at U+2028 and the like, which the
+    client would then get back as line feeds, inside names."""
+    lines = "".join(f"data: {line}\n" for line in _SSE_LINE_BREAK.split(data))
     return f"event: {name}\n{lines}\n"
 
 

@@ -12,7 +12,6 @@ __all__ = ["MAX_PAGE", "BadRequest", "job_id", "optional_id", "page_size", "queu
 MAX_PAGE = 500
 """The most jobs one listing page shows."""
 _MAX_ID = 2**63 - 1
-_MAX_NAME = 512
 
 
 class BadRequest(Exception):
@@ -20,12 +19,10 @@ class BadRequest(Exception):
 
 
 def queue_name(params: Mapping[str, str]) -> str:
-    """The ``queue`` parameter: a non-empty name of at most 512 characters."""
+    """The ``queue`` parameter: a non-empty name, of any length the store takes."""
     name = params.get("queue", "")
     if not name:
         raise BadRequest("give a queue: ?queue=NAME")
-    if len(name) > _MAX_NAME:
-        raise BadRequest(f"queue names are at most {_MAX_NAME} characters, not {len(name)}")
     return name
 
 
