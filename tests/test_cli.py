@@ -57,6 +57,8 @@ def handle(job):
     time.sleep(job.payload.get("sleep", 0))
     if job.payload.get("fail"):
         raise RuntimeError(f"job {job.id} refused")
+    if job.payload.get("say"):
+        raise RuntimeError(job.payload["say"])
 '''
 
 
@@ -689,6 +691,57 @@ def test_log_level_debug_shows_each_job_a_worker_starts_and_settles(
     assert out == "handled 1: 1 succeeded, 0 failed, 0 released, 0 lost\n"
     assert f"alkstore: job {job_id} of 'q' started (attempt 1 of 3)\n" in err
     assert re.search(rf"alkstore: job {job_id} of 'q' succeeded in [0-9.]+ s \(attempt 1", err)
+
+
+def test_a_handlers_error_reaches_the_log_as_one_line_that_shows_its_escapes(
+    dsn: str, tmp_path: Path
+) -> None:
+    """A terminal is not told what to do by an error's text: escape sequences,
+    carriage returns and line feeds are written as escapes, one line a record."""
+    write_handlers(tmp_path)
+    said = "boom\x1b]0;OWNED\x07\x1b[2J\rfake: all jobs succeeded\nline two"
+    with alkstore.open(dsn) as store:
+        store.queue("q").enqueue({"say": said}, EnqueueOpts(max_attempts=1))
+    with started("worker", "q", "cli_test_handlers:handle", "--dsn", dsn, cwd=tmp_path) as worker:
+        with alkstore.open(dsn) as store:
+            poll(lambda: store.inspect().jobs("q", "dead") or None, what="the job dead")
+        _, err = finish(worker, stop=True)
+    assert worker.returncode == 0, err
+    assert not {"\x1b", "\x07", "\r"} & set(err)
+    (line,) = [line for line in err.splitlines() if "went to dead letters" in line]
+    assert line.endswith(
+        "RuntimeError: boom\\x1b]0;OWNED\\x07\\x1b[2J\\rfake: all jobs succeeded\\nline two"
+    )
+
+
+def test_json_lists_payloads_as_deep_as_the_codec_takes(dsn: str) -> None:
+    deep: Any = "x"
+    for _ in range(500):
+        deep = [deep]
+    with alkstore.open(dsn) as store:
+        store.queue("d").enqueue(deep)
+        store.schedule("deep", "@every 1h", "d", deep)
+    (job,) = ok_json("jobs", "d", "--dsn", dsn)
+    assert job["payload"] == deep
+    (schedule,) = ok_json("schedules", "--dsn", dsn)
+    assert schedule["payload"] == deep
+    made = ok_json("schedule", "deeper", "@every 1h", "d", json.dumps(deep), "--dsn", dsn)
+    assert made["payload"] == deep
+
+
+def test_names_that_would_forge_rows_or_move_the_terminal_show_as_escapes(dsn: str) -> None:
+    forged = "x\nemails   0 0 0 0 0 -\npayments"
+    with alkstore.open(dsn) as store:
+        store.queue(forged).enqueue(1)
+        store.queue("t\x1b]0;PWNED\x07\x1b[2J").enqueue(1)
+        lock = store.try_lock("deploy", "alice\rbob", 60)
+        assert lock is not None
+    printed = ok("queues", "--dsn", dsn)
+    assert len(printed.splitlines()) == 3
+    assert "\x1b" not in printed
+    assert "x\\nemails   0 0 0 0 0 -\\npayments" in printed
+    assert "t\\x1b]0;PWNED\\x07\\x1b[2J" in printed
+    assert "alice\\rbob" in ok("locks", "--dsn", dsn)
 
 
 def test_log_level_takes_only_a_known_level(dsn: str) -> None:

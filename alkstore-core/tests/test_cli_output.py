@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from alkstore._cli._output import RecentRate, clip, clip_text
+from alkstore._cli._output import RecentRate, clip, clip_text, print_json, print_table
 
 
 class Clock:
@@ -69,3 +71,35 @@ def test_an_error_is_clipped_to_one_short_line_like_a_payload() -> None:
     assert len(clip_text(long)) == len(clip({"text": "y" * 100})) == 60
     assert clip_text("ValueError: bad\n  line two\tand tab") == "ValueError: bad line two and tab"
     assert clip_text("short") == "short"
+
+
+def test_what_a_terminal_would_obey_is_printed_as_escapes() -> None:
+    """An escape sequence, a carriage return or a bidirectional override in
+    stored text is shown, not obeyed: it could clear the screen, retitle the
+    window or overwrite the line with a forged one."""
+    assert clip_text("boom\x1b]0;owned\x07\x1b[2J") == "boom\\x1b]0;owned\\x07\\x1b[2J"
+    assert clip_text("a\rforged") == "a forged"  # whitespace: one space, as line feeds
+    assert clip_text("emails\u200b\u202e") == "emails\\u200b\\u202e"
+
+
+def test_a_table_shows_each_cell_on_one_line_clipped(capsys: pytest.CaptureFixture[str]) -> None:
+    print_table(
+        ("NAME", "N"),
+        [("x\nemails   0", 1), ("t\x1b[2J\u202e", 2), ("q" * 12_000, 3)],
+        empty="none",
+    )
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4
+    assert lines[1].startswith("x\\nemails   0 ")
+    assert lines[2].startswith("t\\x1b[2J\\u202e ")
+    assert lines[3] == "q" * 99 + "…  3"
+
+
+def test_json_output_takes_a_payload_as_deep_as_the_codec_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    deep: object = "x"
+    for _ in range(500):
+        deep = [deep]
+    print_json([{"payload": deep}])
+    assert json.loads(capsys.readouterr().out) == [{"payload": deep}]

@@ -20,6 +20,7 @@ from alkstore._cli._common import (
 )
 from alkstore._cli._output import DEFAULT_LOG_LEVEL, LOG_LEVELS, log_to_stderr
 from alkstore._errors import Error
+from alkstore._visible import visible
 
 __all__ = ["main"]
 
@@ -52,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"alkstore {arguments.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (Error, CommandError, ValueError, TypeError, OSError) as exc:
+    except (Error, CommandError, ValueError, TypeError, OSError, RecursionError) as exc:
         if arguments.debug:
             raise
         print(f"alkstore {arguments.command}: {_one_line(exc)}", file=sys.stderr)
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _one_line(exc: BaseException) -> str:
     """The error's first line, its whitespace runs (tabs included) made single spaces."""
     text = str(exc).strip().splitlines()
-    return " ".join(text[0].split()) if text else type(exc).__name__
+    return visible(" ".join(text[0].split())) if text else type(exc).__name__
 
 
 def _discard_stdout() -> None:

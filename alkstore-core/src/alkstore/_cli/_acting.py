@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from typing import Any
 
@@ -16,8 +15,9 @@ from alkstore._cli._common import (
     queue_named,
     timestamp,
 )
-from alkstore._cli._output import print_json, print_table, when
+from alkstore._cli._output import fields_of, print_json, print_table, when
 from alkstore._options import EnqueueOpts, ScheduleOpts
+from alkstore._visible import visible
 
 __all__ = ["register"]
 
@@ -119,11 +119,11 @@ def _schedule(arguments: argparse.Namespace) -> int:
             arguments.name, arguments.spec, arguments.queue, arguments.payload, opts
         )
     if arguments.json:
-        print_json(dataclasses.asdict(made))
+        print_json(fields_of(made))
     else:
         upcoming = when(made.next_fire_at, time.time())
         zone = f" ({made.tz})" if made.tz is not None else ""
-        print(f"{made.name}: {made.spec}{zone} into {made.queue!r}, next {upcoming}")
+        print(f"{visible(made.name)}: {made.spec}{zone} into {made.queue!r}, next {upcoming}")
     return EXIT_OK
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from typing import Any
 
 from alkstore._cli._common import EXIT_OK, command, opened_store
-from alkstore._cli._output import ago, clip, clip_text, print_json, print_table, when
+from alkstore._cli._output import ago, clip, clip_text, fields_of, print_json, print_table, when
 from alkstore._discovery import engines
 from alkstore._inspect import JOB_STATES, MAX_JOBS_LISTED
 from alkstore._values import JobInfo, Schedule
@@ -65,7 +64,7 @@ def _queues(arguments: argparse.Namespace) -> int:
     with opened_store(arguments) as store:
         queues = store.inspect().queues()
     if arguments.json:
-        print_json([{**dataclasses.asdict(stats), "total": stats.total} for stats in queues])
+        print_json([{**fields_of(stats), "total": stats.total} for stats in queues])
         return EXIT_OK
     print_table(
         ("QUEUE", "READY", "SCHEDULED", "PROCESSING", "DEAD", "EXPIRED", "OLDEST READY"),
@@ -90,7 +89,7 @@ def _jobs(arguments: argparse.Namespace) -> int:
     with opened_store(arguments) as store:
         jobs = store.inspect().jobs(arguments.queue, arguments.state, limit=arguments.limit)
     if arguments.json:
-        print_json([dataclasses.asdict(job) for job in jobs])
+        print_json([fields_of(job) for job in jobs])
         return EXIT_OK
     now = time.time()
     print_table(
@@ -113,7 +112,7 @@ def _streams(arguments: argparse.Namespace) -> int:
     with opened_store(arguments) as store:
         streams = store.inspect().streams()
     if arguments.json:
-        print_json([dataclasses.asdict(stats) for stats in streams])
+        print_json([fields_of(stats) for stats in streams])
         return EXIT_OK
     rows: list[tuple[object, ...]] = []
     for stream in streams:
@@ -127,7 +126,7 @@ def _locks(arguments: argparse.Namespace) -> int:
     with opened_store(arguments) as store:
         locks = store.inspect().locks()
     if arguments.json:
-        print_json([dataclasses.asdict(lock) for lock in locks])
+        print_json([fields_of(lock) for lock in locks])
         return EXIT_OK
     now = time.time()
     print_table(
@@ -142,7 +141,7 @@ def _schedules(arguments: argparse.Namespace) -> int:
     with opened_store(arguments) as store:
         schedules = store.inspect().schedules()
     if arguments.json:
-        print_json([dataclasses.asdict(schedule) for schedule in schedules])
+        print_json([fields_of(schedule) for schedule in schedules])
         return EXIT_OK
     now = time.time()
     print_table(

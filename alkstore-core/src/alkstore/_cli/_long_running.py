@@ -35,6 +35,7 @@ from alkstore._signals import stop_on_signals
 from alkstore._store import StopSignal, default_owner
 from alkstore._stream import EventReceiver, Stream, follow
 from alkstore._values import StreamEvent
+from alkstore._visible import visible
 from alkstore._worker import Worker
 
 __all__ = ["register"]
@@ -203,7 +204,7 @@ def _print_event(event: StreamEvent, as_json: bool) -> None:
             "payload": event.payload, "created_at": event.created_at,
         })  # fmt: skip
     else:
-        key = "" if event.key is None else f" [{event.key}]"
+        key = "" if event.key is None else f" [{visible(event.key)}]"
         print(f"{event.offset}{key} {clip(event.payload)}", flush=True)
 
 
@@ -224,7 +225,7 @@ def _listen(arguments: argparse.Namespace) -> int:
             if arguments.json:
                 print_line({"channel": wake.channel, "at": time.time()})
             else:
-                print(f"wake {wake.channel}", flush=True)
+                print(f"wake {visible(wake.channel)}", flush=True)
             seen += 1
             if arguments.count is not None and seen >= arguments.count:
                 break

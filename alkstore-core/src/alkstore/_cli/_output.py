@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import logging
 import sys
@@ -10,6 +11,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
+
+from alkstore._visible import visible
 
 __all__ = [
     "DEFAULT_LOG_LEVEL",
@@ -19,6 +22,7 @@ __all__ = [
     "ago",
     "clip",
     "clip_text",
+    "fields_of",
     "log_to_stderr",
     "print_json",
     "print_table",
@@ -26,6 +30,8 @@ __all__ = [
 ]
 
 _CLIP = 60
+_CELL = 100
+"""The widest a table's cell gets: a 12,000-character name would pad every row."""
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], empty: str) -> None:
@@ -33,7 +39,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], empty:
     if not rows:
         print(empty)
         return
-    cells = [list(headers)] + [["" if cell is None else str(cell) for cell in row] for row in rows]
+    cells = [list(headers)] + [
+        ["" if cell is None else _cell(cell) for cell in row] for row in rows
+    ]
     widths = [max(len(row[column]) for row in cells) for column in range(len(headers))]
     for row in cells:
         print(
@@ -41,9 +49,28 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]], empty:
         )
 
 
+def _cell(value: object) -> str:
+    """A table cell: one line that shows what it holds (see ``visible``), clipped."""
+    text = visible(str(value))
+    return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
+
+
 def print_json(value: Any) -> None:
-    """Print ``value`` as indented JSON (non-ASCII kept readable)."""
-    print(json.dumps(value, indent=2, ensure_ascii=False))
+    """Print ``value`` as indented JSON (non-ASCII kept readable; dataclasses as
+    objects of their fields)."""
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=_fields_or_refuse))
+
+
+def fields_of(value: Any) -> dict[str, Any]:
+    """A dataclass instance's fields as a dict, one level deep: ``dataclasses.asdict``
+    copies payloads recursively, two frames a level, and fails on deep ones."""
+    return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+
+
+def _fields_or_refuse(value: object) -> dict[str, Any]:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return fields_of(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def clip(value: Any) -> str:
@@ -55,7 +82,7 @@ def clip_text(text: str) -> str:
     """``text`` as one short line: whitespace runs (line feeds too) made single spaces,
     and cut with ``…`` past the width payloads are cut at."""
     if not text.isprintable() or "  " in text:
-        text = " ".join(text.split())
+        text = visible(" ".join(text.split()))
     return text if len(text) <= _CLIP else text[: _CLIP - 1] + "…"
 
 
@@ -187,12 +214,17 @@ class _StderrLines(logging.Handler):
         print(clear + text, file=sys.stderr, flush=True)
 
     def _line(self, record: logging.LogRecord) -> str:
-        line = f"alkstore: {record.getMessage()}"
+        # One line a record, whatever a handler's error said (escapes shown, not obeyed).
+        line = f"alkstore: {visible(record.getMessage())}"
         if not record.exc_info or record.exc_info[1] is None:
             return line
         if self._debug:
-            return f"{line}\n{logging.Formatter().formatException(record.exc_info).rstrip()}"
+            trace = logging.Formatter().formatException(record.exc_info).rstrip()
+            return "\n".join([line, *(visible(part) for part in trace.splitlines())])
         error = record.exc_info[1]
-        first = " ".join((str(error).strip().splitlines() or [""])[0].split())
+        text = str(error).strip()
+        if text and line.endswith(visible(f"{type(error).__name__}: {text}")):
+            return line  # the message said it all already
+        first = visible(" ".join((text.splitlines() or [""])[0].split()))
         said = type(error).__name__ + (f": {first}" if first else "")
         return line if line.endswith(said) else f"{line}: {said}"

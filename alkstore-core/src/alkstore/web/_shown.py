@@ -9,23 +9,11 @@ filters do the rest.
 
 from __future__ import annotations
 
-import unicodedata
-
 from markupsafe import Markup, escape
 
+from alkstore._visible import visible
+
 __all__ = ["exact", "shown", "visible"]
-
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
-"""Controls, formats (zero-width and bidirectional marks), private use,
-unassigned, and line or paragraph separators: none shows as itself."""
-
-
-def visible(text: str) -> str:
-    """``text`` with every character that would not show as itself written as
-    its escape (``\\u200b``, ``\\x1b``), as ``repr`` writes it. Plain text."""
-    if text.isascii() and text.isprintable():
-        return text
-    return "".join(_escaped(char) for char in text)
 
 
 def shown(text: object) -> Markup:
@@ -41,12 +29,3 @@ def exact(value: object) -> object:
     if type(value) is str and "\r" in value:
         return Markup(str(escape(value)).replace("\r", "&#13;"))
     return value
-
-
-def _escaped(char: str) -> str:
-    if char.isascii():
-        return char if char.isprintable() else repr(char)[1:-1]
-    if unicodedata.category(char) not in _HIDDEN_CATEGORIES:
-        return char
-    code = ord(char)
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
