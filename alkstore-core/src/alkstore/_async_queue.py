@@ -134,9 +134,9 @@ class AsyncQueue:
             plan = wait_for_work(await self._until_ready(), seconds)
             if plan is None:
                 return True
-            recv_timeout, ready_by_then = plan
+            recv_timeout, look_again = plan
             woken = await wakes.recv_async(recv_timeout) is not None
-            return woken or (ready_by_then and not wakes.closed)
+            return woken or (look_again and not wakes.closed)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.opts}>"

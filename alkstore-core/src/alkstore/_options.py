@@ -172,7 +172,8 @@ class EnqueueOpts:
     delay: float | None = None
     """Seconds from enqueue until the job is ready (>= 0). Exclusive with ``run_at``."""
     run_at: float | datetime | None = None
-    """When the job is ready: Unix seconds or an aware datetime. Exclusive with ``delay``."""
+    """When the job is ready: Unix seconds or an aware datetime, compared with the
+    database's clock (on PostgreSQL the server's, not this host's). Exclusive with ``delay``."""
     priority: int = 0
     """Higher is claimed first (32-bit signed range)."""
     max_attempts: int | None = None

@@ -19,10 +19,13 @@ if TYPE_CHECKING:
     from alkstore._store import Store
 
 __all__ = [
-    "EXPIRED", "LAPSED_ON_LAST_ATTEMPT", "MAX_BATCH", "Queue", "check_job_id",
+    "CLOCK_LOOK_S", "EXPIRED", "LAPSED_ON_LAST_ATTEMPT", "MAX_BATCH", "Queue", "check_job_id",
     "claim_order", "dead_job_ids", "fenced_claims", "not_in_engine", "wait_for_work",
 ]  # fmt: skip
 
+CLOCK_LOOK_S = 5.0
+"""The longest ``Queue.wait`` sleeps on this host's clock for a job the database's
+clock makes due later, before it answers "look again" (see ``wait_for_work``)."""
 MAX_BATCH = 10_000
 """The largest ``n`` a single ``claim_batch`` accepts."""
 
@@ -169,8 +172,8 @@ class Queue(abc.ABC):
             plan = wait_for_work(self._until_ready(), seconds)
             if plan is None:
                 return True
-            recv_timeout, ready_by_then = plan
-            return wakes.recv(recv_timeout) is not None or (ready_by_then and not wakes.closed)
+            recv_timeout, look_again = plan
+            return wakes.recv(recv_timeout) is not None or (look_again and not wakes.closed)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.opts}>"
@@ -273,15 +276,21 @@ def wait_for_work(
 ) -> tuple[float | None, bool] | None:
     """How ``Queue.wait`` waits, given when work turns ready by the clock (``_until_ready``).
 
-    None: work is ready now. Else ``(seconds, ready_by_then)``: wait that long
-    for a wake; if none comes, ``ready_by_then`` says whether the clock has
-    made work ready meanwhile (so the wait still answers "look again").
+    None: work is ready now. Else ``(seconds, look_again)``: wait that long
+    for a wake; if none comes, ``look_again`` says whether the wait still
+    answers "look again": the clock has made work ready meanwhile, or may have.
+    The database's clock is not this process's monotonic one, so a wait for it
+    is cut into slices of at most ``CLOCK_LOOK_S``: a step of the database's
+    clock, or this host sleeping, cannot hold a due job back longer.
     """
-    if until_ready is not None and until_ready <= 0:
+    if until_ready is None:
+        return (None, True) if timeout is None else (timeout, False)
+    if until_ready <= 0:
         return None
-    if timeout is not None and (until_ready is None or timeout < until_ready):
+    clock_wait = min(until_ready, CLOCK_LOOK_S)
+    if timeout is not None and timeout < clock_wait:
         return timeout, False
-    return until_ready, True
+    return clock_wait, True
 
 
 def fenced_claims(
