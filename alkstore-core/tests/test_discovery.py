@@ -223,6 +223,9 @@ def test_discovery_is_cached_after_the_first_open(with_engines: Path, tmp_path: 
         ("host=localhost dbname=app password=s3cret", "postgres"),
         ("host=/var/run/postgresql", "postgres"),
         ("  dbname = 'my app'  user=ada ", "postgres"),
+        # malformed after a libpq keyword: libpq says what is wrong, not the SQLite engine
+        ("host=127.0.0.1 nonsense", "postgres"),
+        ("dbname=app user=", "postgres"),
         # ... but not every file name with "=" in it
         ("a=b.db", "sqlite"),
         ("weights=2 x.db", "sqlite"),

@@ -3,6 +3,7 @@ version-1 schemas migrated in place, damaged schemas refused at open."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 import alkstore
 from alkstore_postgres import PostgresStore
@@ -592,3 +594,65 @@ def test_a_version_5_schema_gains_the_purgeable_index_and_sweeps_read_only_throu
     with psycopg.connect(dsn, autocommit=True) as connection:
         count = sql.SQL("SELECT count(*) FROM {}.dead").format(sql.Identifier(schema))
         assert connection.execute(count).fetchone() == (19_800,)
+
+
+def _with_options(dsn: str, **options: str) -> str:
+    return make_conninfo(dsn, **options)
+
+
+def test_a_current_schema_opens_in_read_only_transactions(
+    dsn: str, schema: str, open_store: OpenStore
+) -> None:
+    """A hot standby runs every transaction read-only: opening a current schema
+    writes nothing, so it opens and can be inspected; a write fails, clearly."""
+    open_store().queue("q").enqueue("kept")
+    read_only = _with_options(dsn, options="-c default_transaction_read_only=on")
+    with alkstore.open(read_only, schema=schema) as store:
+        (stats,) = store.inspect().queues()
+        assert (stats.name, stats.ready) == ("q", 1)
+        with pytest.raises(alkstore.Database, match="read-only transaction"):
+            store.queue("q").enqueue("more")
+
+    async def opened_async() -> None:
+        async with alkstore.open_async(read_only, schema=schema) as store:
+            (stats,) = await store.inspect().queues()
+            assert stats.ready == 1
+
+    asyncio.run(opened_async())
+
+
+@pytest.fixture
+def app_role(dsn: str) -> Iterator[str]:
+    """A login role with no right to create anything in the database."""
+    role = f"alkstore_app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    yield role
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        connection.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_an_application_role_with_only_row_rights_opens_a_current_schema(
+    dsn: str, schema: str, open_store: OpenStore, app_role: str
+) -> None:
+    """Least privilege: the schema made by an owner, the application's role given
+    rights on rows and sequences only (no CREATE), and every call works."""
+    open_store().close()
+    run_sql(
+        dsn, schema,
+        f'GRANT USAGE ON SCHEMA {{s}} TO "{app_role}"; '
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {{s}} TO "{app_role}"; '
+        f'GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA {{s}} TO "{app_role}"',
+    )  # fmt: skip
+    with alkstore.open(_with_options(dsn, user=app_role), schema=schema) as store:
+        queue = store.queue("q")
+        job_id = queue.enqueue("work")
+        job = queue.claim_one("w")
+        assert job is not None
+        assert job.id == job_id
+        assert job.ack()
+        lock = store.try_lock("l", "me", 30)
+        assert lock is not None
+        assert lock.release()
+        assert store.stream("s").publish(1) == 1

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -333,3 +337,44 @@ def test_an_older_alkstore_sqlite_still_running_cannot_reuse_a_job_id(path: str)
         assert queue.requeue_dead() == 1
         assert queue.enqueue("second") == first + 1
         assert [job.payload for job in queue.claim_batch("w", 10)] == ["first", "second"]
+
+
+def test_a_current_file_opens_while_another_connection_holds_the_write_lock(made: str) -> None:
+    """Opening a file whose schema is current writes nothing, so it does not wait
+    for the write lock: it can be inspected while a long write runs."""
+    writer = sqlite3.connect(made, isolation_level=None)
+    try:
+        writer.execute("BEGIN IMMEDIATE")
+        with alkstore.open(made, busy_timeout_s=0.5) as store:
+            (stats,) = store.inspect().queues()
+            assert (stats.name, stats.ready) == ("q", 1)
+    finally:
+        writer.close()
+
+
+_READ_ONLY_OPENER = """
+import sys, alkstore
+with alkstore.open(sys.argv[1]) as store:
+    print([(s.name, s.ready) for s in store.inspect().queues()])
+    try:
+        store.queue("q").enqueue("more")
+    except alkstore.Database as exc:
+        print("refused:", exc)
+"""
+
+
+def test_a_read_only_file_opens_for_reading_and_refuses_writes_clearly(made: str) -> None:
+    os.chmod(made, 0o444)
+    command = [sys.executable, "-c", _READ_ONLY_OPENER, made]
+    if os.geteuid() == 0:  # root writes whatever the mode: give up that power first
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: a read-only file is writable")
+        command = [setpriv, "--bounding-set=-dac_override,-dac_read_search,-fowner", *command]
+        command[1:1] = ["--inh-caps=-all"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    listed, refused = done.stdout.splitlines()
+    assert listed == "[('q', 1)]"
+    assert refused.startswith("refused:")
+    assert "readonly" in refused

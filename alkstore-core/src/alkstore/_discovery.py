@@ -205,16 +205,21 @@ def _first_party(scheme: str) -> str | None:
 
 
 def _is_conninfo(target: str) -> bool:
-    """Whether ``target`` is a libpq ``key=value`` connection string."""
+    """Whether ``target`` is a libpq ``key=value`` connection string.
+
+    One that opens with such pairs and a libpq keyword among them counts even
+    when a malformed part follows (``host=db nonsense``): libpq then says what
+    is wrong with it, where a SQLite engine could only say it is no file path.
+    """
     keys: list[str] = []
     position = 0
     while position < len(target):
         pair = _CONNINFO_PAIR.match(target, position)
         if pair is None:
-            return target[position:].strip() == "" and bool(keys)
+            break
         keys.append(pair[1].lower())
         position = pair.end()
-    return bool(keys) and any(key in LIBPQ_KEYWORDS for key in keys)
+    return any(key in LIBPQ_KEYWORDS for key in keys)
 
 
 def open(target: str | os.PathLike[str], **options: Any) -> Store:

@@ -155,6 +155,10 @@ def migration(schema: str) -> Plan[int]:
         hashlib.blake2b(schema.encode(), digest_size=8).digest(), "big", signed=True
     )
     yield Operation(f"preparing schema {schema!r}", transaction=True)
+    if (yield from _is_current(schema)):
+        # Nothing to write: a role without CREATE, or a read-only standby, opens it.
+        yield from _check_shape(schema)
+        return SCHEMA_VERSION
     yield Statement("SELECT pg_advisory_xact_lock(%(key)s)", {"key": key})
     yield Statement(render("CREATE SCHEMA IF NOT EXISTS {s}", schema))
     yield Statement(render(SCHEMA_DDL[0], schema))  # meta, where the version is
@@ -180,13 +184,27 @@ def migration(schema: str) -> Plan[int]:
             ),
             {"version": str(SCHEMA_VERSION)},
         )
+    yield from _check_shape(schema)
+    return found
+
+
+def _is_current(schema: str) -> Plan[bool]:
+    """Whether ``schema`` holds this version's tables already, read without writing."""
+    meta = yield Statement(
+        "SELECT to_regclass(%(meta)s) IS NOT NULL",
+        {"meta": render("{s}.meta", schema)},
+        Fetch.ONE,
+    )
+    return bool(meta and meta[0]) and (yield from _stored_version(schema)) == SCHEMA_VERSION
+
+
+def _check_shape(schema: str) -> Plan[None]:
     problems = (yield from _Shape.read(schema)).problems()
     if problems:
         raise Database(
             f"the alkstore tables in schema {schema!r} (version {SCHEMA_VERSION}) were "
             f"altered: {'; '.join(problems)}; restore them from a backup"
         )
-    return found
 
 
 def _stored_version(schema: str) -> Plan[int]:

@@ -236,6 +236,11 @@ def migrate(connection: sqlite3.Connection) -> int:
             stored version is not one this engine wrote, or an engine table
             or column is missing or foreign (each named).
     """
+    if _is_current(connection):
+        # Nothing to write: a read-only file (or a reader while another process
+        # writes) opens without asking for the write lock.
+        _verify_shape(_shape(connection))
+        return SCHEMA_VERSION
     with transaction(connection):
         connection.execute(_META)
         found = _stored_version(connection)
@@ -254,6 +259,14 @@ def migrate(connection: sqlite3.Connection) -> int:
         )
         _verify_shape(_shape(connection))
     return found
+
+
+def _is_current(connection: sqlite3.Connection) -> bool:
+    """Whether the file holds this version's schema already, read without writing."""
+    has_meta = connection.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '__alkstore_meta'"
+    ).fetchone()
+    return has_meta is not None and _stored_version(connection) == SCHEMA_VERSION
 
 
 def _stored_version(connection: sqlite3.Connection) -> int:
