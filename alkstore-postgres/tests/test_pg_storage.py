@@ -217,3 +217,36 @@ def test_connections_name_the_application_unless_the_dsn_does(dsn: str, schema: 
     finally:
         plain.close()
         named.close()
+
+
+def test_a_trim_deletes_every_row_it_covers_while_another_deletes_some(
+    dsn: str, schema: str, store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk comes short when another transaction deletes rows the chunk had
+    picked (a concurrent trim, a killed client's statement finishing): the trim
+    goes on until nothing it covers is left, rather than leave rows on disk."""
+    monkeypatch.setattr("alkstore_postgres._stream._TRIM_CHUNK", 100)
+    events = store.stream("s")
+    with store.transaction() as tx:
+        for n in range(250):
+            tx.publish_tx("s", n)
+    other = psycopg.connect(dsn)
+    try:
+        other.execute(
+            sql.SQL('DELETE FROM {}.events WHERE "offset" <= 50').format(sql.Identifier(schema))
+        )
+        trimmed = threading.Thread(target=events.trim, args=(200,))
+        trimmed.start()
+        time.sleep(0.5)  # its first chunk waits for the rows the other transaction deletes
+        other.commit()
+        trimmed.join(30)
+        assert not trimmed.is_alive()
+        with psycopg.connect(dsn) as reader:
+            left = reader.execute(
+                sql.SQL('SELECT count(*) FROM {}.events WHERE "offset" <= 200').format(
+                    sql.Identifier(schema)
+                )
+            ).fetchone()
+        assert left == (0,)
+    finally:
+        other.close()

@@ -129,10 +129,12 @@ class StreamPlans:
         return cutoff, cutoff - old
 
     def delete_trimmed(self, cutoff: int) -> Plan[None]:
-        """Delete the rows of a recorded trim through ``cutoff``, a chunk per commit."""
+        """Delete the rows of a recorded trim through ``cutoff``, a chunk per commit,
+        until none is left: a chunk short of full does not mean the end, as
+        another trim may have deleted rows this one had picked meanwhile."""
         yield Operation(f"delete trimmed events of {self._name!r}")
         params = {"stream": stored(self._name), "cutoff": cutoff, "chunk": _TRIM_CHUNK}
-        while (yield Statement(self._sql.delete_trimmed, params, Fetch.ROWCOUNT)) == _TRIM_CHUNK:
+        while (yield Statement(self._sql.delete_trimmed, params, Fetch.ROWCOUNT)) > 0:
             pass
 
     def get_offset(self, consumer: str) -> Plan[int]:
