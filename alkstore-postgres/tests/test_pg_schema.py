@@ -502,6 +502,18 @@ def test_a_schema_name_postgresql_cannot_hold_is_refused_by_option_name(dsn: str
         alkstore.open(dsn, schema="nul\x00schema")
 
 
+@pytest.mark.parametrize("system_schema", ["information_schema", "pg_catalog", "pg_mine"])
+def test_postgresqls_own_schemas_are_refused_and_left_alone(dsn: str, system_schema: str) -> None:
+    with pytest.raises(ValueError, match="PostgreSQL's own schemas"):
+        alkstore.open(dsn, schema=system_schema)
+    with psycopg.connect(dsn) as connection:
+        made = connection.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s AND tablename = 'meta'",
+            (system_schema,),
+        ).fetchone()
+    assert made == (0,)
+
+
 # Each hot statement, its parameters, and the indexes its plan must use. With
 # sequential scans priced out, a statement whose WHERE or ON CONFLICT does not
 # match an index's key expression still scans the table: the plan tells.

@@ -9,6 +9,9 @@ anywhere else under the test's folder.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,3 +178,29 @@ def test_in_memory_databases_and_file_uris_are_refused_and_create_nothing(
     with pytest.raises(ValueError, match=says):
         alkstore.open(target.format(name=token))
     assert _files_under(tmp_path) == set()
+
+
+_OPEN_AND_SAY = """
+import sys, alkstore
+try:
+    alkstore.open(sys.argv[1]).close()
+except alkstore.Database as exc:
+    print(exc)
+"""
+
+
+def test_a_new_file_in_a_folder_it_cannot_write_is_refused_saying_so(tmp_path: Path) -> None:
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    command = [sys.executable, "-c", _OPEN_AND_SAY, str(folder / "app.db")]
+    if os.geteuid() == 0:  # root writes anywhere: give up that power first
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv: every folder is writable")
+        caps = "--bounding-set=-dac_override,-dac_read_search,-fowner"
+        command = [setpriv, "--inh-caps=-all", caps, *command]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "is not writable, so it cannot be created there" in done.stdout
+    assert not (folder / "app.db").exists()

@@ -104,6 +104,11 @@ def _schema_name(name: str, value: object) -> str:
         or len(value.encode()) > 63
     ):
         raise ValueError(f"{name} must be a non-empty name of at most 63 bytes, without NUL")
+    if value == "information_schema" or value.startswith("pg_"):
+        raise ValueError(
+            f"{name} {value!r} is one of PostgreSQL's own schemas (information_schema, pg_*): "
+            "choose a schema of the application's"
+        )
     return value
 
 

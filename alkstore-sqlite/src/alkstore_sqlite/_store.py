@@ -222,8 +222,14 @@ def _check_place(path: str) -> None:
         raise Database(
             f"opening {path!r} failed: its folder {folder!r} does not exist; create it first"
         )
+    exists = os.path.exists(path)
+    if not exists and not os.access(folder, os.W_OK | os.X_OK):
+        raise Database(
+            f"opening {path!r} failed: there is no such file, and its folder {folder!r} "
+            "is not writable, so it cannot be created there"
+        )
     # A new file is written through a rollback journal until it is in WAL mode.
-    suffix = "-wal" if os.path.exists(path) else "-journal"
+    suffix = "-wal" if exists else "-journal"
     name_bytes = len(os.fsencode(os.path.basename(path)))
     longest = _longest_name(folder) - len(suffix)
     if name_bytes > longest:
