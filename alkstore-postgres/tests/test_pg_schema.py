@@ -668,3 +668,10 @@ def test_an_application_role_with_only_row_rights_opens_a_current_schema(
         assert lock is not None
         assert lock.release()
         assert store.stream("s").publish(1) == 1
+
+
+def test_an_application_role_that_cannot_create_the_schema_is_told_what_to_do(
+    dsn: str, schema: str, app_role: str
+) -> None:
+    with pytest.raises(alkstore.Database, match="open the store once with a role that may"):
+        alkstore.open(_with_options(dsn, user=app_role), schema=schema)

@@ -43,7 +43,7 @@ from alkstore_postgres._async_wakes import AsyncListener
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import RECONNECT_GIVE_UP_S, connect_kwargs, has_input
 from alkstore_postgres._eager import shielded
-from alkstore_postgres._errors import connect_errors, translate
+from alkstore_postgres._errors import connect_errors, preparing_schema, translate
 from alkstore_postgres._job_buffer import JobIds
 from alkstore_postgres._plan import Plan, opening, run_plan_async, run_steps, run_steps_async
 from alkstore_postgres._pool_log import pool_name, quiet_pool_noise
@@ -119,7 +119,7 @@ class PostgresAsyncStore(AsyncStore):
         with connect_errors(address):
             first = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
         try:
-            with translate(f"preparing schema {settings.schema!r}"):
+            with preparing_schema(f"preparing schema {settings.schema!r}"):
                 await run_plan_async(first, migration(settings.schema))
                 cursor = await first.execute(Statements(settings.schema).storage)
                 storage = await cursor.fetchone()

@@ -7,7 +7,7 @@ import psycopg_pool
 
 from alkstore.engine import DriverErrors
 
-__all__ = ["connect_errors", "reason", "translate"]
+__all__ = ["connect_errors", "preparing_schema", "reason", "translate"]
 
 
 class translate(DriverErrors):  # noqa: N801 - used like a function: `with translate(...)`
@@ -15,6 +15,23 @@ class translate(DriverErrors):  # noqa: N801 - used like a function: `with trans
 
     __slots__ = ()
     driver_errors = (psycopg.Error, psycopg_pool.PoolTimeout)
+
+
+class preparing_schema(translate):  # noqa: N801 - a context manager, like translate
+    """``translate`` for the schema's preparation at open: a role refused the
+    right to create is told what to do about it."""
+
+    __slots__ = ()
+
+    def message(self, exc: BaseException) -> str:
+        text = super().message(exc)
+        if not isinstance(exc, psycopg.errors.InsufficientPrivilege):
+            return text
+        return (
+            f"{text}; the schema needs creating or migrating, and this role may not: "
+            "open the store once with a role that may (the schema's owner), then grant "
+            "this one its rows (docs/upgrades.md, Least privilege)"
+        )
 
 
 class connect_errors(translate):  # noqa: N801 - a context manager, like translate

@@ -14,7 +14,7 @@ from alkstore import Closed, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import Lock, Store, TxHandle, WakeReceiver
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import RECONNECT_GIVE_UP_S, connect_kwargs, has_input
-from alkstore_postgres._errors import connect_errors, translate
+from alkstore_postgres._errors import connect_errors, preparing_schema, translate
 from alkstore_postgres._inspect import PostgresInspector
 from alkstore_postgres._job_buffer import JobIds
 from alkstore_postgres._lock import LapsedLocks, PostgresLock, acquire
@@ -57,7 +57,7 @@ class PostgresStore(Store):
         with connect_errors(address):
             first = psycopg.connect(conninfo, **self._connect_kwargs)
         try:
-            with translate(f"preparing schema {settings.schema!r}"):
+            with preparing_schema(f"preparing schema {settings.schema!r}"):
                 run_plan(first, migration(settings.schema))
                 self._storage: tuple[Any, ...] | None = first.execute(self.sql.storage).fetchone()
                 """Which storage the store is in (see ``Statements.storage``), for adopt_tx."""
