@@ -145,3 +145,28 @@ def test_value_types_are_frozen_and_compare_by_value() -> None:
 def test_reprs_show_what_matters() -> None:
     assert repr(Wake("orders")) == "Wake(channel='orders')"
     assert "offset=1" in repr(event({"a": 1}))
+
+
+def test_reprs_of_values_with_payloads_stay_short() -> None:
+    huge = {"blob": "x" * 1_000_000, "items": list(range(100_000)), "deep": [[[[[["end"]]]]]]}
+    info = JobInfo(
+        id=7, queue="q" * 10_000, state="pending", payload=huge, priority=0, attempts=0,
+        max_attempts=3, run_at=0.0, created_at=0.0, expires_at=None, worker_id=None,
+        deadline=None, last_error="e" * 100_000, died_at=None,
+    )  # fmt: skip
+    values = (info, event(huge), Schedule("nightly", "@every 1d", "reports", huge, 0.0))
+    for value in values:
+        shown = repr(value)
+        assert len(shown) < 2_000
+        assert shown.startswith(f"{type(value).__name__}(")
+        assert "..." in shown
+    assert "id=7" in repr(info)
+    assert "state='pending'" in repr(info)
+
+
+def test_reprs_of_small_values_are_the_dataclass_reprs() -> None:
+    small = event({"a": [1, 2], "b": None})
+    assert repr(small) == (
+        f"StreamEvent(offset=1, stream={small.stream!r}, key=None, "
+        f"payload={{'a': [1, 2], 'b': None}}, created_at={small.created_at!r})"
+    )

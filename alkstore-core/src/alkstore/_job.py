@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from alkstore._backoff import backoff_delay
 from alkstore._options import check_duration
 from alkstore._payload import HasPayload
+from alkstore._short_repr import short_repr
 
 if TYPE_CHECKING:
     from alkstore._claims import ClaimLedger
@@ -127,11 +128,11 @@ class ClaimedJob(HasPayload, Generic[Q]):
         return check_duration(delay_s, "delay_s", zero_ok=True)
 
     def __repr__(self) -> str:
-        keyed = "" if self.key is None else f" key={self.key!r}"
+        keyed = "" if self.key is None else f" key={short_repr(self.key)}"
         return (
-            f"<{type(self).__name__} id={self.id} queue={self.queue!r}{keyed} "
+            f"<{type(self).__name__} id={self.id} queue={short_repr(self.queue)}{keyed} "
             f"attempts={self.attempts}/{self.max_attempts} priority={self.priority} "
-            f"worker_id={self.worker_id!r} deadline={self.deadline:.3f}>"
+            f"worker_id={short_repr(self.worker_id)} deadline={self.deadline:.3f}>"
         )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from alkstore._payload import HasPayload
+from alkstore._short_repr import dataclass_repr
 
 __all__ = ["JobInfo", "JobState", "Schedule", "StreamEvent", "Wake"]
 
@@ -40,6 +41,8 @@ class StreamEvent(HasPayload):
     """The event's payload, as published (``payload_as`` builds a type from it)."""
     created_at: float
     """Unix seconds when the event was published."""
+
+    __repr__ = dataclass_repr
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,8 @@ class JobInfo(HasPayload):
     key: str | None = None
     """The job's unique key (``EnqueueOpts.key``), else None."""
 
+    __repr__ = dataclass_repr
+
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
@@ -99,3 +104,5 @@ class Schedule:
     """Unix seconds of the boundary a runner fired last (its job enqueued); None
     before the first. A boundary skipped after a long outage is not a fire;
     changing the schedule keeps it (engine contract 1.7)."""
+
+    __repr__ = dataclass_repr
