@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from alkstore._cli._long_running import print_line
 from alkstore._cli._output import RecentRate, clip, clip_text, print_json, print_table
 
 
@@ -103,3 +104,22 @@ def test_json_output_takes_a_payload_as_deep_as_the_codec_does(
         deep = [deep]
     print_json([{"payload": deep}])
     assert json.loads(capsys.readouterr().out) == [{"payload": deep}]
+
+
+def test_json_output_escapes_what_a_terminal_would_obey_and_means_the_same(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """JSON escapes C0 controls itself; a C1 control (U+009B is CSI), a
+    bidirectional override, a line separator or a tag character would reach
+    the terminal raw. Escaped, the JSON decodes to the same text."""
+    hostile = {"csi\u009b2J": "rtl\u202eevil \u2028 tag\U000e0041 é ✓ 🙂"}
+    print_json([hostile])
+    print_line(hostile)
+    indented, _, line = capsys.readouterr().out.partition("]\n")
+    for text in (indented + "]", line):
+        assert all(line.isprintable() for line in text.splitlines())
+        assert "\\u009b" in text
+        assert "\\udb40\\udc41" in text
+        assert "é ✓ 🙂" in text
+    assert json.loads(indented + "]") == [hostile]
+    assert json.loads(line) == hostile

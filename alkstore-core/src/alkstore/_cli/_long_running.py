@@ -35,7 +35,7 @@ from alkstore._signals import stop_on_signals
 from alkstore._store import StopSignal, default_owner
 from alkstore._stream import EventReceiver, Stream, follow
 from alkstore._values import StreamEvent
-from alkstore._visible import visible
+from alkstore._visible import json_escaped, visible
 from alkstore._worker import Worker
 
 __all__ = ["register"]
@@ -255,8 +255,9 @@ def _run_schedules(arguments: argparse.Namespace) -> int:
 
 
 def print_line(value: Any) -> None:
-    """Print one compact JSON line (JSON Lines: one record per line, flushed)."""
-    print(json.dumps(value, ensure_ascii=False), flush=True)
+    """Print one compact JSON line (JSON Lines: one record per line, flushed; see
+    ``json_escaped``)."""
+    print(json_escaped(json.dumps(value, ensure_ascii=False)), flush=True)
 
 
 def _say(message: str) -> None:

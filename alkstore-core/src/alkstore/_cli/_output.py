@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from alkstore._visible import visible
+from alkstore._visible import json_escaped, visible
 
 __all__ = [
     "DEFAULT_LOG_LEVEL",
@@ -56,9 +56,10 @@ def _cell(value: object) -> str:
 
 
 def print_json(value: Any) -> None:
-    """Print ``value`` as indented JSON (non-ASCII kept readable; dataclasses as
-    objects of their fields)."""
-    print(json.dumps(value, indent=2, ensure_ascii=False, default=_fields_or_refuse))
+    """Print ``value`` as indented JSON (non-ASCII kept readable but for characters
+    that would not show as themselves, see ``json_escaped``; dataclasses as objects
+    of their fields)."""
+    print(json_escaped(json.dumps(value, indent=2, ensure_ascii=False, default=_fields_or_refuse)))
 
 
 def fields_of(value: Any) -> dict[str, Any]:
