@@ -16,6 +16,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from alkstore._errors import Database
+
 __all__ = [
     "ACCEPTED",
     "Adoptable",
@@ -53,14 +55,22 @@ class Adoptable:
 
 
 # (module prefix, class name) of what is unwrapped, found anywhere in the MRO.
-_SQLALCHEMY_SESSION = ("sqlalchemy.orm.", ("Session", "scoped_session"))
+_SQLALCHEMY_SESSION = ("sqlalchemy.orm.", ("Session",))
+_SQLALCHEMY_SCOPED_SESSION = ("sqlalchemy.orm.", ("scoped_session",))
 _SQLALCHEMY_CONNECTION = ("sqlalchemy.engine.", ("Connection",))
-_SQLALCHEMY_ASYNC_SESSION = ("sqlalchemy.ext.asyncio.", ("AsyncSession", "async_scoped_session"))
+_SQLALCHEMY_ASYNC_SESSION = ("sqlalchemy.ext.asyncio.", ("AsyncSession",))
+_SQLALCHEMY_ASYNC_SCOPED_SESSION = ("sqlalchemy.ext.asyncio.", ("async_scoped_session",))
 _SQLALCHEMY_ASYNC_CONNECTION = ("sqlalchemy.ext.asyncio.", ("AsyncConnection",))
 _DJANGO_CONNECTION = ("django.", ("BaseDatabaseWrapper", "ConnectionProxy"))
 _AIOSQLITE = ("aiosqlite", ("Connection",))
 _PSYCOPG_ASYNC = ("psycopg", ("AsyncConnection",))
-_ASYNC_KINDS = (_SQLALCHEMY_ASYNC_SESSION, _SQLALCHEMY_ASYNC_CONNECTION, _AIOSQLITE, _PSYCOPG_ASYNC)
+_ASYNC_KINDS = (
+    _SQLALCHEMY_ASYNC_SESSION,
+    _SQLALCHEMY_ASYNC_SCOPED_SESSION,
+    _SQLALCHEMY_ASYNC_CONNECTION,
+    _AIOSQLITE,
+    _PSYCOPG_ASYNC,
+)
 
 
 def refused_kind(engine_says: TypeError, found: Adoptable) -> TypeError:
@@ -85,6 +95,9 @@ def adoptable(holder: object) -> Adoptable:
             through ``AsyncStore.adopt_tx``).
         ValueError: Django's connection outside ``transaction.atomic()``.
     """
+    if _is(holder, _SQLALCHEMY_SCOPED_SESSION):
+        registry: Any = holder
+        holder = registry()  # the registry's Session for the current scope
     if _is(holder, _SQLALCHEMY_SESSION):
         session: Any = holder
         driver = _sqlalchemy_driver(session.connection())
@@ -104,6 +117,9 @@ def adoptable(holder: object) -> Adoptable:
 async def adoptable_async(holder: object) -> Adoptable:
     """The driver connection in ``holder``, for the async API: what
     :func:`adoptable` accepts, and SQLAlchemy's asyncio sessions and connections."""
+    if _is(holder, _SQLALCHEMY_ASYNC_SCOPED_SESSION):
+        registry: Any = holder
+        holder = registry()  # the registry's AsyncSession for the current scope
     if _is(holder, _SQLALCHEMY_ASYNC_SESSION):
         session: Any = holder
         driver = await _sqlalchemy_async_driver(await session.connection())
@@ -199,8 +215,28 @@ def on_its_thread(connection: object) -> tuple[Any, Callable[..., Awaitable[Any]
     """
     if not _is(connection, _AIOSQLITE):
         return None
-    runner: Callable[..., Awaitable[Any]] = connection._execute  # type: ignore[attr-defined]
-    return connection._conn, runner  # type: ignore[attr-defined]
+    held: Any = connection
+    if held._connection is None:
+        raise Database("adopt_tx: the aiosqlite connection is closed")
+    execute: Callable[..., Awaitable[Any]] = held._execute
+
+    async def run_there(call: Callable[..., T], *args: Any) -> T:
+        if not held._running or held._connection is None:
+            raise Database("the adopted aiosqlite connection is closed")
+        result: T = await execute(_stop_iteration_told, call, *args)
+        return result
+
+    return held._conn, run_there
+
+
+def _stop_iteration_told(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` with a ``StopIteration`` it raises made a ``RuntimeError``:
+    aiosqlite cannot hand a ``StopIteration`` to the awaiting future, whose
+    await then never ends."""
+    try:
+        return call(*args)
+    except StopIteration as exc:
+        raise RuntimeError(f"{call!r} raised StopIteration") from exc
 
 
 class CallerThread:

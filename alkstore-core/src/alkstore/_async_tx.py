@@ -152,6 +152,11 @@ class AsyncTxHandle:
     def commit(self) -> Awaitable[None]:
         """Commit the business write and every side effect together; ends the handle.
 
+        A commit the database refuses (a deferred constraint, a lost
+        connection) raises :class:`~alkstore.Database` and leaves the handle
+        rolled back: nothing it wrote is visible. (A connection lost while the
+        COMMIT was on its way leaves, as with any database, the outcome unknown.)
+
         The commit starts when called, and a cancellation of its await does not
         stop it: even cancelled before it began (``wait_for(tx.commit(), 0)``),
         it ends the transaction rather than leave it open holding its locks.
@@ -204,6 +209,11 @@ class AsyncTxHandle:
         self._ending = True
         try:
             await hook()
+        except BaseException:
+            # A commit that raised committed nothing: the engine rolled back.
+            if self.state is TxState.OPEN:
+                self.state = TxState.ROLLED_BACK
+            raise
         finally:
             if self.state is TxState.OPEN:
                 self.state = ended

@@ -198,6 +198,11 @@ class TxHandle(abc.ABC):
     def commit(self) -> None:
         """Commit the business write and every side effect together; ends the handle.
 
+        A commit the database refuses (a deferred constraint, a lost
+        connection) raises :class:`~alkstore.Database` and leaves the handle
+        rolled back: nothing it wrote is visible. (A connection lost while the
+        COMMIT was on its way leaves, as with any database, the outcome unknown.)
+
         Raises:
             RuntimeError: a framework owns this transaction (see :attr:`owner`).
         """
@@ -221,6 +226,11 @@ class TxHandle(abc.ABC):
             self._check_active()  # the store may have closed (and rolled us back) meanwhile
             try:
                 hook()
+            except BaseException:
+                # A commit that raised committed nothing: the engine rolled back.
+                if self.state is TxState.OPEN:
+                    self.state = TxState.ROLLED_BACK
+                raise
             finally:
                 if self.state is TxState.OPEN:
                     self.state = ended

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.rows import tuple_row
 
 from alkstore_postgres._eager import start_now
 
@@ -116,13 +117,26 @@ def run_plan(connection: psycopg.Connection, plan: Plan[T]) -> T:
 def run_step(connection: psycopg.Connection, step: Step) -> Any:
     """Run one step on ``connection``; its result."""
     if isinstance(step, Statement):
-        return _fetched(connection.execute(step.sql, step.params, binary=step.binary), step.fetch)
+        return _fetched(_execute(connection, step), step.fetch)
     with connection.pipeline():
-        cursors = [
-            connection.execute(each.sql, each.params, binary=each.binary)
-            for each in step.statements
-        ]
+        cursors = [_execute(connection, each) for each in step.statements]
     return [_fetched(c, each.fetch) for c, each in zip(cursors, step.statements, strict=True)]
+
+
+def _execute(connection: psycopg.Connection, statement: Statement) -> psycopg.Cursor[Any]:
+    """Run ``statement`` on a plain cursor of ``connection``: ``%s`` placeholders,
+    rows as tuples, whatever ``cursor_factory`` and ``row_factory`` the
+    connection has (an adopted one is the caller's: ``dict_row``, ``RawCursor``)."""
+    cursor = psycopg.Cursor(connection, row_factory=tuple_row)
+    return cursor.execute(statement.sql, statement.params, binary=statement.binary)
+
+
+async def _execute_async(
+    connection: psycopg.AsyncConnection, statement: Statement
+) -> psycopg.AsyncCursor[Any]:
+    """:func:`_execute` on an async connection."""
+    cursor = psycopg.AsyncCursor(connection, row_factory=tuple_row)
+    return await cursor.execute(statement.sql, statement.params, binary=statement.binary)
 
 
 def _fetched(cursor: psycopg.Cursor[Any], fetch: Fetch) -> Any:
@@ -165,9 +179,7 @@ async def run_step_async(connection: psycopg.AsyncConnection, step: Step) -> Any
     cancel (it asks the server to cancel it, and waits).
     """
     if isinstance(step, Statement):
-        return await _fetched_async(
-            await connection.execute(step.sql, step.params, binary=step.binary), step.fetch
-        )
+        return await _fetched_async(await _execute_async(connection, step), step.fetch)
     running = start_now(_run_pipeline(connection, step))
     try:
         return await asyncio.shield(running)
@@ -187,10 +199,7 @@ async def _outlive_cancellations(running: asyncio.Future[Any]) -> None:
 
 async def _run_pipeline(connection: psycopg.AsyncConnection, step: Pipeline) -> list[Any]:
     async with connection.pipeline():
-        cursors = [
-            await connection.execute(each.sql, each.params, binary=each.binary)
-            for each in step.statements
-        ]
+        cursors = [await _execute_async(connection, each) for each in step.statements]
     return [
         await _fetched_async(c, each.fetch)
         for c, each in zip(cursors, step.statements, strict=True)

@@ -21,6 +21,14 @@ _OWN_LOCK_HINT = (
     "end it first"
 )
 
+_BUSY_SNAPSHOT = 517  # SQLITE_BUSY_SNAPSHOT (Python 3.11+ tells extended codes)
+_STALE_SNAPSHOT_HINT = (
+    "this transaction began by reading, and another connection has written since: "
+    "SQLite cannot let it write on a snapshot that old, and no wait helps; roll it "
+    "back and run it again, and begin transactions that write with BEGIN IMMEDIATE "
+    "(Django: the database's OPTIONS {'transaction_mode': 'IMMEDIATE'})"
+)
+
 
 class translate(DriverErrors):  # noqa: N801 - used like a function: `with translate(...)`
     """Re-raise ``sqlite3`` errors met while doing ``action`` as ``Database``, cause chained."""
@@ -32,6 +40,8 @@ class translate(DriverErrors):  # noqa: N801 - used like a function: `with trans
         message = str(exc) or type(exc).__name__
         if not met_a_lock(exc):
             return message
+        if getattr(exc, "sqlite_errorcode", None) == _BUSY_SNAPSHOT:
+            return f"{message} ({_STALE_SNAPSHOT_HINT})"
         if _open_transactions[threading.get_ident()]:
             return f"{message} ({_OWN_LOCK_HINT})"
         return f"{message} (another connection held the write lock past the busy timeout)"

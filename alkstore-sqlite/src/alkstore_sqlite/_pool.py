@@ -22,13 +22,18 @@ import logging
 import os
 import sqlite3
 import threading
+from typing import TypeAlias
 
 from alkstore import Closed, Database
 from alkstore.engine import WouldWait
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._settings import Settings
 
-__all__ = ["ConnectionPool", "begin", "connect", "transaction"]
+Statements: TypeAlias = "sqlite3.Connection | sqlite3.Cursor"
+"""Where a write runs its statements: a connection, or a cursor of one (a
+transaction adopted from a caller uses a cursor that reads tuples)."""
+
+__all__ = ["ConnectionPool", "Statements", "begin", "connect", "transaction"]
 
 log = logging.getLogger("alkstore")
 
@@ -202,7 +207,11 @@ class ConnectionPool:
         if connection is self._prompt:
             self._give_prompt_back(connection)
             return
-        if connection.in_transaction:
+        try:
+            in_transaction = connection.in_transaction
+        except sqlite3.ProgrammingError:  # closed by whoever held it: nothing to keep
+            return
+        if in_transaction:
             try:
                 connection.execute("ROLLBACK")
             except sqlite3.Error:

@@ -20,7 +20,7 @@ from alkstore.engine import (
 )
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
-from alkstore_sqlite._pool import transaction
+from alkstore_sqlite._pool import Statements, transaction
 
 if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
@@ -28,9 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["SQLiteQueue", "insert_job", "job_info", "job_row"]
 
 
-def insert_job(
-    connection: sqlite3.Connection, queue: str, stamp: JobStamp, payload_json: str
-) -> int:
+def insert_job(connection: Statements, queue: str, stamp: JobStamp, payload_json: str) -> int:
     """Insert a job row stamped with ``stamp`` on ``connection``; return its id.
 
     A keyed job whose key a live job of ``queue`` holds is not inserted: the

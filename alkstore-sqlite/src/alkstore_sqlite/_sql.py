@@ -510,3 +510,6 @@ HELD_LOCKS = "SELECT name, owner, expires_at FROM __alkstore_locks WHERE expires
 LIST_SCHEDULES = (
     "SELECT name, spec, queue, payload, next_fire_at, tz, last_fired_at FROM __alkstore_schedules"
 )
+
+# Which file an adopted connection's main database is ("" in memory).
+MAIN_FILE = "SELECT file FROM pragma_database_list WHERE name = 'main'"

@@ -26,14 +26,14 @@ from alkstore_sqlite._capabilities import CAPABILITIES
 from alkstore_sqlite._errors import translate
 from alkstore_sqlite._inspect import SQLiteInspector
 from alkstore_sqlite._lock import LapsedLocks, SQLiteLock, acquire
-from alkstore_sqlite._pool import ConnectionPool, begin, connect, transaction
+from alkstore_sqlite._pool import ConnectionPool, Statements, begin, connect, transaction
 from alkstore_sqlite._prompt import PromptCalls
 from alkstore_sqlite._queue import SQLiteQueue
 from alkstore_sqlite._scheduler import due_schedules, fire_boundary, until_next_fire
 from alkstore_sqlite._schema import SchemaError, migrate
 from alkstore_sqlite._settings import Settings
 from alkstore_sqlite._stream import SQLiteStream
-from alkstore_sqlite._tx import SQLiteTx
+from alkstore_sqlite._tx import SQLiteTx, plain_cursor
 from alkstore_sqlite._wakes import Watcher
 
 __all__ = ["SQLiteStore"]
@@ -92,7 +92,7 @@ class SQLiteStore(Store):
             self.write_notice(connection, channel, payload_json)
         self.committed()
 
-    def write_notice(self, connection: sqlite3.Connection, channel: str, payload_json: str) -> None:
+    def write_notice(self, connection: Statements, channel: str, payload_json: str) -> None:
         """Insert a wake notice on ``connection``, in its transaction if it has one.
 
         Every write of a notice goes through here: every ``_PRUNE_EVERY``-th one
@@ -173,10 +173,15 @@ class SQLiteStore(Store):
     def _adopt_tx(self, connection: Any) -> TxHandle:
         if not isinstance(connection, sqlite3.Connection):
             raise TypeError(f"adopt_tx needs a sqlite3.Connection, not {type(connection).__name__}")
-        with translate("inspect the adopted connection"):
-            main_file = next(
-                row[2] for row in connection.execute("PRAGMA database_list") if row[1] == "main"
+        if getattr(connection, "autocommit", None) is True:  # Python 3.12+
+            raise ValueError(
+                "adopt_tx: the sqlite3 connection was opened with autocommit=True, where its "
+                "commit() and rollback() do nothing: the transaction alkstore would begin "
+                "could never be committed through it; open it with the default autocommit, "
+                "or with autocommit=False"
             )
+        with translate("inspect the adopted connection"):
+            main_file = _main_file(connection)
             if not _same_file(main_file, self.path):
                 raise ValueError(
                     f"adopt_tx: the connection is to {main_file or 'an in-memory database'!r}, "
@@ -185,6 +190,14 @@ class SQLiteStore(Store):
             if not connection.in_transaction:
                 begin(connection)
         return SQLiteTx(self, connection, owned=False)
+
+
+def _main_file(connection: sqlite3.Connection) -> str:
+    """The file of ``connection``'s main database ("" in memory), whatever its
+    caller's row and text factories."""
+    row = plain_cursor(connection).execute(_sql.MAIN_FILE).fetchone()
+    file = "" if row is None or row[0] is None else row[0]
+    return os.fsdecode(file) if isinstance(file, bytes) else str(file)
 
 
 def _prepare_file(path: str, settings: Settings) -> None:

@@ -19,6 +19,7 @@ from alkstore import StreamEvent, StreamTrimmed
 from alkstore.engine import Stream, TrimRule, offset_past_head, stream_events
 from alkstore_sqlite import _sql
 from alkstore_sqlite._errors import translate
+from alkstore_sqlite._pool import Statements
 
 if TYPE_CHECKING:
     from alkstore_sqlite._store import SQLiteStore
@@ -29,9 +30,7 @@ _TRIM_CHUNK = 5_000
 """Rows one trimming transaction deletes."""
 
 
-def insert_event(
-    connection: sqlite3.Connection, stream: str, key: str | None, payload_json: str
-) -> int:
+def insert_event(connection: Statements, stream: str, key: str | None, payload_json: str) -> int:
     """Append an event on ``connection``; return its offset."""
     cursor = connection.execute(_sql.PUBLISH, (stream, key, payload_json, time.time()))
     offset = cursor.lastrowid
@@ -39,7 +38,7 @@ def insert_event(
     return offset
 
 
-def raise_offset(connection: sqlite3.Connection, stream: str, consumer: str, offset: int) -> bool:
+def raise_offset(connection: Statements, stream: str, consumer: str, offset: int) -> bool:
     """Move the consumer's offset up to ``offset`` on ``connection``; True if it moved.
 
     Raises:
