@@ -27,7 +27,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, cast
 
 from alkstore._async_store import AsyncStore
@@ -37,12 +37,19 @@ from alkstore._backoff import backoff_ceiling
 from alkstore._batch_verdict import is_fatal, judge_batch
 from alkstore._consumer_async import AsyncConsumerRun
 from alkstore._errors import Closed, Database, Error, StreamTrimmed
+from alkstore._handler_shapes import check_handler, check_plain_result, is_coroutine_handler
 from alkstore._names import check_identifier
 from alkstore._options import check_duration, check_int
 from alkstore._outage import Outage
 from alkstore._run_stats import RunStats, call_to_completion
 from alkstore._signals import stop_on_signals
-from alkstore._store import StopSignal, Store, check_stop_signal, check_store
+from alkstore._store import (
+    StopSignal,
+    Store,
+    check_async_stop_signal,
+    check_stop_signal,
+    check_store,
+)
 from alkstore._stream import MAX_READ, EventReceiver, Stream
 from alkstore._tx import TxHandle
 from alkstore._values import StreamEvent
@@ -92,8 +99,7 @@ class Consumer:
         idle_wait_s: float = 1.0,
     ) -> None:
         check_store(store)
-        if not callable(handler):
-            raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+        check_handler(handler)
         self.store = store
         """The store the consumer reads from and saves its offset in."""
         self.stream = _resolve_stream(store, stream)
@@ -108,11 +114,12 @@ class Consumer:
         """Whether the handler's writes and the offset's save commit in one transaction."""
         self.idle_wait_s = check_duration(idle_wait_s, "idle_wait_s", zero_ok=False)
         """The longest idle park on the stream's wakes (wakes end a park early)."""
-        self._is_async = inspect.iscoroutinefunction(handler)
+        self._is_async = is_coroutine_handler(handler)
         if self.transactional:
             _check_transactional(store, self._is_async)
         _check_arity(handler, 2 if self.transactional else 1)
         self._lock = threading.Lock()
+        self._run_underway = False
         self._succeeded = self._failed = 0
         self._started_at: float | None = None
         self._failures = 0
@@ -142,8 +149,7 @@ class Consumer:
         """
         stream = self._sync_stream("run(stop)")
         check_stop_signal(stop)
-        self._started_at = time.monotonic()
-        with contextlib.suppress(Closed):
+        with self._running(), contextlib.suppress(Closed):
             while not stop.is_set() and not self.store.closed:
                 receiver = self._subscribe(stream, stop)
                 if receiver is None:
@@ -181,9 +187,24 @@ class Consumer:
         are delivered again next time (at least once).
         """
         stop = asyncio.Event() if stop is None else stop
-        check_stop_signal(stop, "an asyncio.Event")
+        check_async_stop_signal(stop)
+        with self._running():
+            await AsyncConsumerRun(self).run(stop)
+
+    @contextlib.contextmanager
+    def _running(self) -> Iterator[None]:
+        """A run's span: a second run of the same consumer at once is refused (both
+        would handle every event, and race to save the offset)."""
+        with self._lock:
+            if self._run_underway:
+                raise RuntimeError(f"{self!r} is already running")
+            self._run_underway = True
         self._started_at = time.monotonic()
-        await AsyncConsumerRun(self).run(stop)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._run_underway = False
 
     def stats(self) -> RunStats:
         """A snapshot of what this consumer has done since it started."""
@@ -313,7 +334,7 @@ class Consumer:
         tx = cast(Store, self.store).begin_tx()
         try:
             for event in batch:
-                handler(event, tx)
+                check_plain_result(handler(event, tx))
         except BaseException as exc:
             _roll_back_quietly(tx)
             if is_fatal(exc):

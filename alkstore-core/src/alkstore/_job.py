@@ -204,10 +204,14 @@ def describe_error(error: str | BaseException) -> str:
 
     Lone surrogates (a file name decoded with ``surrogateescape``, say) cannot
     be stored as UTF-8: they are written as ``\\udcff`` escapes instead, so a
-    handler's odd error message never keeps its job from being settled.
+    handler's odd error message never keeps its job from being settled, and
+    neither does an exception whose ``str()`` itself raises.
     """
     if isinstance(error, BaseException):
-        message = str(error)
+        try:
+            message = str(error)
+        except Exception as unprintable:  # a broken __str__: the job is settled all the same
+            message = f"<str() of it raised {type(unprintable).__qualname__}>"
         name = type(error).__qualname__
         text = f"{name}: {message}" if message else name
     elif isinstance(error, str):

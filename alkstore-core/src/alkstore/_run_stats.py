@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from alkstore._handler_shapes import check_result
+
 __all__ = ["RunStats", "call_to_completion"]
 
 
@@ -41,8 +43,13 @@ class RunStats:
 
 
 def call_to_completion(handler: Callable[..., Any], *args: Any) -> None:
-    """Call ``handler``; if it returns an awaitable, run it on a fresh event loop."""
+    """Call ``handler``; if it returns an awaitable, run it on a fresh event loop.
+
+    Raises:
+        TypeError: it returned a generator, whose body never ran (see ``check_result``).
+    """
     result = handler(*args)
+    check_result(result)
     if inspect.isawaitable(result):
         asyncio.run(_awaited(result))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import inspect
 import os
 import socket
 import threading
@@ -37,8 +38,8 @@ if TYPE_CHECKING:
     from alkstore._scheduler import DueSchedule, DueSchedules, Fired
 
 __all__ = [
-    "DEFAULT_SCHEDULER_LEASE_S", "StopSignal", "Store", "check_schedule", "check_stop_signal",
-    "check_store", "default_owner",
+    "DEFAULT_SCHEDULER_LEASE_S", "StopSignal", "Store", "check_async_stop_signal",
+    "check_schedule", "check_stop_signal", "check_store", "default_owner",
 ]  # fmt: skip
 
 
@@ -78,6 +79,22 @@ def check_stop_signal(stop: object, kind: str = "a threading.Event") -> None:
     """
     if not (callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))):
         raise TypeError(f"stop must be {kind} (is_set() and wait()), not {type(stop).__name__}")
+
+
+def check_async_stop_signal(stop: object) -> None:
+    """Refuse, up front, a ``stop`` argument of an async runner that is not an
+    asyncio event: a ``threading.Event``'s ``wait()`` would block the event loop.
+
+    Raises:
+        TypeError: ``stop`` has no ``is_set()``, or its ``wait()`` is not a
+            coroutine function.
+    """
+    check_stop_signal(stop, "an asyncio.Event")
+    if not inspect.iscoroutinefunction(getattr(stop, "wait", None)):
+        raise TypeError(
+            f"stop must be an asyncio.Event, not {type(stop).__name__}: its wait() "
+            "would block the event loop"
+        )
 
 
 class Store(StoreBasics, abc.ABC):

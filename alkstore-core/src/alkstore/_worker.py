@@ -31,6 +31,7 @@ from alkstore._async_job import AsyncJob
 from alkstore._async_outbox import AsyncOutbox
 from alkstore._async_queue import AsyncQueue
 from alkstore._async_store import AsyncStore
+from alkstore._handler_shapes import check_handler
 from alkstore._job import Job
 from alkstore._names import check_identifier
 from alkstore._options import check_duration, check_int
@@ -38,7 +39,14 @@ from alkstore._outbox import Outbox
 from alkstore._queue import MAX_BATCH, Queue
 from alkstore._run_stats import RunStats
 from alkstore._signals import stop_on_signals
-from alkstore._store import StopSignal, Store, check_stop_signal, check_store, default_owner
+from alkstore._store import (
+    StopSignal,
+    Store,
+    check_async_stop_signal,
+    check_stop_signal,
+    check_store,
+    default_owner,
+)
 from alkstore._worker_async import AsyncQueuePort, AsyncRunner, OffloadedQueuePort
 from alkstore._worker_ledger import Ledger
 from alkstore._worker_threads import ThreadRunner
@@ -88,8 +96,7 @@ class Worker:
         idle_wait_s: float = 5.0,
     ) -> None:
         check_store(store)
-        if not callable(handler):
-            raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+        check_handler(handler)
         self.store = store
         """The store the worker claims from."""
         self.queue: Queue | AsyncQueue = _resolve_queue(store, queue)
@@ -189,7 +196,7 @@ class Worker:
             BaseException: as :meth:`run` does, after the same shutdown.
         """
         stop = asyncio.Event() if stop is None else stop
-        check_stop_signal(stop, "an asyncio.Event")
+        check_async_stop_signal(stop)
         queue = self.queue
         port = (
             AsyncQueuePort(queue, self.worker_id)

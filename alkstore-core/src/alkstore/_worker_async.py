@@ -22,11 +22,12 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from alkstore._async_job import AsyncJob
 from alkstore._async_queue import AsyncQueue
 from alkstore._errors import Closed, Error
+from alkstore._handler_shapes import check_result, is_coroutine_handler
 from alkstore._handler_threads import HandlerThreads, complete_from_thread
 from alkstore._job import ClaimedJob, Job
 from alkstore._queue import Queue
@@ -35,6 +36,13 @@ from alkstore._tracing import handling
 from alkstore._worker_ledger import FAILED, LOST, RELEASED, SUCCEEDED, Held, Ledger, Verdict
 
 __all__ = ["AsyncQueuePort", "AsyncRunner", "OffloadedQueuePort", "QueuePort"]
+
+T = TypeVar("T")
+
+OUTCOME_WAIT_S = 5.0
+"""How long a cancelled run waits for a claim or a settle already sent: its
+outcome decides what the shutdown must release. A call still unanswered then
+is left to the visibility timeout, as after a crash."""
 
 
 class QueuePort(Protocol):
@@ -135,7 +143,7 @@ class AsyncRunner:
         self._ledger = ledger
         self._port = port
         self._handler = handler
-        self._is_async = inspect.iscoroutinefunction(handler)
+        self._is_async = is_coroutine_handler(handler)
         self._grace_s = grace_s
         self._idle_wait_s = idle_wait_s
         self._changed = asyncio.Event()
@@ -143,6 +151,8 @@ class AsyncRunner:
         self._halting = asyncio.Event()
         """Set once ``stop`` is set or the worker aborts."""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._cutting_short = False
+        """The shutdown is cancelling the handler tasks (Python 3.10 cannot ask a task)."""
         self._handler_threads = HandlerThreads(ledger.concurrency, "alkstore-handler")
         """Where plain handlers run (daemon threads: one stuck past shutdown holds nothing up)."""
 
@@ -200,7 +210,7 @@ class AsyncRunner:
                 if parking is None and (room := self._ledger.claim_room()):
                     claiming_at = time.monotonic()
                     try:
-                        jobs = await self._port.claim(room)
+                        jobs = await self._claim(room, claiming_at)
                     except Closed:
                         return
                     except Error as exc:
@@ -223,6 +233,18 @@ class AsyncRunner:
             if parking is not None:
                 parking.cancel()
                 await asyncio.gather(parking, return_exceptions=True)
+
+    async def _claim(self, room: int, claiming_at: float) -> list[ClaimedJob[Any]]:
+        """Claim up to ``room`` jobs. Cancelled meanwhile, wait for the claim's
+        outcome and hold what it took, so that the shutdown releases it."""
+        claiming = asyncio.ensure_future(self._port.claim(room))
+        try:
+            return await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            jobs = await _outcome_despite_cancel(claiming, OUTCOME_WAIT_S)
+            if jobs:
+                self._ledger.hold(jobs, claiming_at)
+            raise
 
     async def _parked(self, parked: asyncio.Task[None]) -> bool:
         """Look at how a park ended; False once the store closed."""
@@ -260,16 +282,17 @@ class AsyncRunner:
 
     async def _execute(self, held: Held) -> None:
         self._ledger.starting(held)
+        error: BaseException | None = None
         try:
             await self._call(held.job)
-        except asyncio.CancelledError:
-            await self._release([held])
-            raise
+        except asyncio.CancelledError as exc:
+            if self._stopping_this_task():
+                await self._release([held])
+                raise
+            error = exc  # the handler's own: something it awaited was cancelled
         except BaseException as exc:
-            verdict = self._ledger.judge(held, exc)
-            error: BaseException | None = exc
-        else:
-            verdict, error = self._ledger.judge(held, None), None
+            error = exc
+        verdict = self._ledger.judge(held, error)
         if verdict is Verdict.ACK:
             await self._settle(held, SUCCEEDED)
         elif verdict is Verdict.RETRY:
@@ -284,13 +307,31 @@ class AsyncRunner:
             return
         with handling(job):
             result = self._handler(job)
+            check_result(result)
             if inspect.isawaitable(result):
                 await result
 
+    def _stopping_this_task(self) -> bool:
+        """Whether the running handler task is being cancelled from outside (by the
+        shutdown, or by whoever cancels every task), rather than its handler
+        having raised a CancelledError of its own."""
+        task = asyncio.current_task()
+        cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+        if cancelling is not None and cancelling() > 0:
+            return True
+        return self._cutting_short
+
     async def _settle(self, held: Held, outcome: str, error: BaseException | None = None) -> None:
+        """Settle ``held``'s job. Cancelled meanwhile (a hurried shutdown), the
+        settle already sent is waited for: its outcome, not the cancellation,
+        says whether the job is done."""
         settled = False
+        settling = asyncio.ensure_future(self._settled(held, error))
         try:
-            settled = await self._settled(held, error)
+            settled = await asyncio.shield(settling)
+        except asyncio.CancelledError:
+            settled = bool(await _outcome_despite_cancel(settling, OUTCOME_WAIT_S))
+            raise
         finally:
             self._ledger.drop(held, outcome if settled else LOST)
 
@@ -356,6 +397,7 @@ class AsyncRunner:
             await self._await_running()
         self._ledger.note_cut_short()
         running = set(self._tasks)
+        self._cutting_short = True
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
@@ -373,9 +415,37 @@ class AsyncRunner:
 
 
 def _handled(handler: Callable[[Any], object], job: ClaimedJob[Any]) -> None:
-    """A plain handler's call, on its thread, in the job's span."""
+    """A plain handler's call, on its thread, in the job's span.
+
+    A ``GeneratorExit`` it raises comes back as a ``RuntimeError``: raised out
+    of the awaiting coroutine, it would be taken for that coroutine's closing.
+    """
     with handling(job):
-        call_to_completion(handler, job)
+        try:
+            call_to_completion(handler, job)
+        except GeneratorExit as exc:
+            raise RuntimeError("the handler raised GeneratorExit") from exc
+
+
+async def _outcome_despite_cancel(work: asyncio.Task[T], limit_s: float) -> T | None:
+    """``work``'s result once it is done, waiting up to ``limit_s`` whatever
+    cancels the wait meanwhile; None if it failed or is still running then."""
+    deadline = time.monotonic() + limit_s
+    while not work.done() and (remaining := deadline - time.monotonic()) > 0:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait([work], timeout=remaining)
+    if not work.done():
+        work.add_done_callback(_retrieve)
+        return None
+    if work.cancelled() or work.exception() is not None:
+        return None
+    return work.result()
+
+
+def _retrieve(work: asyncio.Future[Any]) -> None:
+    """Mark an outcome nobody awaits as retrieved (asyncio logs it otherwise)."""
+    if not work.cancelled():
+        work.exception()
 
 
 def _async(job: ClaimedJob[Any]) -> AsyncJob:

@@ -19,6 +19,7 @@ fields of :func:`job_fields`.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import itertools
 import logging
@@ -98,6 +99,12 @@ class Held:
     """What its handler raised, if it did."""
     lapse_told: bool = False
     """A warning already said that its claim was lost."""
+
+
+def _lapsed_by(held: Held, now: float) -> bool:
+    """Whether ``held``'s claim may have lapsed by ``now``: its heartbeat found it
+    gone, or its lease ran out before a renewal."""
+    return held.heartbeat_failed or held.lapses_at <= now
 
 
 class Ledger:
@@ -197,14 +204,38 @@ class Ledger:
     # Running handlers
 
     def next_unstarted(self) -> Held | None:
-        """Take the oldest held job no handler has started, if any, and mark it started."""
+        """Take the oldest held job no handler has started, if any, and mark it started.
+
+        A claim that lapsed while it waited (its heartbeat said so, or its
+        lease ran out before one could renew it) is not started: another
+        worker may hold the job by now. It is dropped instead, unrun, and
+        comes back to the queue at its deadline.
+        """
+        now = time.monotonic()
         with self.changed:
-            waiting = [held for held in self._held.values() if not held.started]
-            if not waiting:
-                return None
-            held = min(waiting, key=lambda held: held.sequence)
-            held.started = True
-            return held
+            waiting = sorted(
+                (held for held in self._held.values() if not held.started),
+                key=lambda held: held.sequence,
+            )
+            lapsed = [held for held in waiting if _lapsed_by(held, now)]
+            for held in lapsed:
+                held.started = held.lapse_told = True
+            chosen = next((held for held in waiting if not held.started), None)
+            if chosen is not None:
+                chosen.started = True
+        if lapsed:
+            self._drop_lapsed_unstarted(lapsed)
+        return chosen
+
+    def _drop_lapsed_unstarted(self, lapsed: list[Held]) -> None:
+        log.warning(
+            "%d held jobs of %r lapsed before a handler was free, and were not run: "
+            "they come back to the queue (a smaller batch_size, or a longer visibility "
+            "timeout, keeps held jobs from waiting that long)",
+            len(lapsed), self.queue_name,
+        )  # fmt: skip
+        for held in lapsed:
+            self.drop(held, LOST)
 
     def starting(self, held: Held) -> None:
         """A handler is about to run ``held``'s job (DEBUG record)."""
@@ -229,7 +260,9 @@ class Ledger:
         job = held.job
         if error is None:
             return Verdict.ACK
-        if isinstance(error, Exception):
+        if isinstance(error, (Exception, asyncio.CancelledError)):
+            # A CancelledError here is the handler's own (something it awaited was
+            # cancelled), not the worker being stopped: the runner tells them apart.
             return Verdict.RETRY  # logged once settled: retried, dead, or lapsed
         log.error(
             "job %s of %r: the handler raised %s; the worker stops and releases its claims",
