@@ -12,6 +12,7 @@ shows the password.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import queue
@@ -271,3 +272,47 @@ def _lines(stream: IO[str] | None) -> queue.Queue[str]:
 
     threading.Thread(target=read, daemon=True).start()
     return lines
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_call_made_during_an_outage_returns_soon_after_the_server_is_back(api: str) -> None:
+    """The pool gives up reconnecting after a few seconds and tries again only
+    when asked: a call already waiting must ask again, not wait out its whole
+    ``connect_timeout_s`` (30 s here) after the server came back."""
+    with throwaway_cluster() as server:
+        dsn = f"postgresql://postgres@127.0.0.1:{server.port}/postgres?connect_timeout_s=30"
+        back_at: list[float] = []
+
+        def outage() -> None:
+            with _server_stopped(server):
+                time.sleep(OUTAGE_S)
+            back_at.append(time.monotonic())
+
+        async def claim_async() -> object:
+            async with alkstore.open_async(dsn) as store:
+                queue = store.queue("q")
+                await queue.enqueue("x")
+                taker = threading.Thread(target=outage)
+                taker.start()
+                await asyncio.sleep(0.5)
+                try:
+                    return await queue.claim_one("w")
+                finally:
+                    taker.join()
+
+        def claim_sync() -> object:
+            with alkstore.open(dsn) as store:
+                queue = store.queue("q")
+                queue.enqueue("x")
+                taker = threading.Thread(target=outage)
+                taker.start()
+                time.sleep(0.5)
+                try:
+                    return queue.claim_one("w")
+                finally:
+                    taker.join()
+
+        claimed = asyncio.run(claim_async()) if api == "async" else claim_sync()
+        returned_at = time.monotonic()
+        assert claimed is not None
+        assert returned_at - back_at[0] < 10, "the call waited on long after the server was back"

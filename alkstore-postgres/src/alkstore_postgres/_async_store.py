@@ -41,7 +41,13 @@ from alkstore_postgres._async_stream import PostgresAsyncStream
 from alkstore_postgres._async_tx import PostgresAsyncTx
 from alkstore_postgres._async_wakes import AsyncListener
 from alkstore_postgres._capabilities import CAPABILITIES
-from alkstore_postgres._connections import RECONNECT_GIVE_UP_S, connect_kwargs, has_input
+from alkstore_postgres._connections import (
+    RECONNECT_GIVE_UP_S,
+    checkout_waits,
+    connect_kwargs,
+    has_input,
+    no_connection,
+)
 from alkstore_postgres._eager import shielded
 from alkstore_postgres._errors import connect_errors, preparing_schema, translate
 from alkstore_postgres._job_buffer import JobIds
@@ -189,7 +195,10 @@ class PostgresAsyncStore(AsyncStore):
     async def _from_pool(self) -> psycopg.AsyncConnection:
         self._waiting_on_pool += 1
         try:
-            return await self.pool.getconn()
+            for wait_s in checkout_waits(self.settings.connect_timeout_s):
+                with contextlib.suppress(psycopg_pool.PoolTimeout):
+                    return await self.pool.getconn(timeout=wait_s)
+            raise no_connection(self.settings.connect_timeout_s)
         finally:
             self._waiting_on_pool -= 1
 

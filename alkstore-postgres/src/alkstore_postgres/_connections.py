@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import math
 import select
+import time
+from collections.abc import Iterator
 from typing import Any
+
+import psycopg_pool
 
 from alkstore_postgres._settings import Settings
 
-__all__ = ["RECONNECT_GIVE_UP_S", "connect_kwargs", "has_input"]
+__all__ = [
+    "CHECKOUT_SLICE_S",
+    "RECONNECT_GIVE_UP_S",
+    "checkout_waits",
+    "connect_kwargs",
+    "has_input",
+    "no_connection",
+]
 
 RECONNECT_GIVE_UP_S = 4.0
 """psycopg_pool's ``reconnect_timeout`` for the engine's pools.
@@ -18,8 +29,33 @@ The pool retries a lost connection with a delay that doubles without bound
 the next checkout that finds the pool short starts a new attempt at once.
 The default (5 minutes) let the delay grow with the outage: after 35 s down,
 the first connection came 25 s after the server was back. Giving up after
-4 s keeps the gap between attempts at 2 s at most.
+4 s keeps the gap between attempts at 2 s at most; a checkout asks again
+every ``CHECKOUT_SLICE_S``, so one already waiting starts the next attempt.
 """
+
+
+CHECKOUT_SLICE_S = 2.0
+"""The longest one wait for a pooled connection lasts before the checkout asks again.
+
+A pool that gave up reconnecting (``RECONNECT_GIVE_UP_S``) tries again only
+when a checkout finds it short. A checkout that began during an outage and
+went on waiting would wait out the whole ``connect_timeout_s``, although the
+server came back seconds after the pool's last attempt; asking again starts a
+new attempt, so a call made during a short outage returns soon after it ends.
+"""
+
+
+def checkout_waits(total_s: float) -> Iterator[float]:
+    """The timeouts of the successive pool waits of one checkout: together
+    ``total_s``, none longer than ``CHECKOUT_SLICE_S``."""
+    deadline = time.monotonic() + total_s
+    while (remaining := deadline - time.monotonic()) > 0:
+        yield min(remaining, CHECKOUT_SLICE_S)
+
+
+def no_connection(total_s: float) -> psycopg_pool.PoolTimeout:
+    """The error of a checkout that found no connection in ``total_s``."""
+    return psycopg_pool.PoolTimeout(f"couldn't get a connection after {total_s:.2f} sec")
 
 
 _DEAD_PEER_DETECTION = {

@@ -13,7 +13,13 @@ import psycopg_pool
 from alkstore import Closed, QueueOpts, Schedule, ScheduleOpts
 from alkstore.engine import Lock, Store, TxHandle, WakeReceiver
 from alkstore_postgres._capabilities import CAPABILITIES
-from alkstore_postgres._connections import RECONNECT_GIVE_UP_S, connect_kwargs, has_input
+from alkstore_postgres._connections import (
+    RECONNECT_GIVE_UP_S,
+    checkout_waits,
+    connect_kwargs,
+    has_input,
+    no_connection,
+)
 from alkstore_postgres._errors import connect_errors, preparing_schema, translate
 from alkstore_postgres._inspect import PostgresInspector
 from alkstore_postgres._job_buffer import JobIds
@@ -128,7 +134,7 @@ class PostgresStore(Store):
             psycopg_pool.PoolTimeout: no live connection within ``connect_timeout_s``.
         """
         for _ in range(self.settings.pool_max_size):
-            connection = self.pool.getconn()
+            connection = self._from_pool()
             try:
                 connected = _still_connected(connection)
             except BaseException:  # interrupted mid-check: the pool must not lose it
@@ -137,7 +143,14 @@ class PostgresStore(Store):
             if connected:
                 return connection
             self.pool.putconn(connection)
-        return self.pool.getconn()  # every one was stale: the pool made these since
+        return self._from_pool()  # every one was stale: the pool made these since
+
+    def _from_pool(self) -> psycopg.Connection:
+        """A connection from the pool, asking again every ``CHECKOUT_SLICE_S``."""
+        for wait_s in checkout_waits(self.settings.connect_timeout_s):
+            with contextlib.suppress(psycopg_pool.PoolTimeout):
+                return self.pool.getconn(timeout=wait_s)
+        raise no_connection(self.settings.connect_timeout_s)
 
     def run(self, plan: Plan[T]) -> T:
         """Run ``plan`` (see ``_plan``) on a pooled connection, in one transaction
