@@ -330,3 +330,98 @@ def test_the_guides_dsn_form_says_what_its_keyword_form_says() -> None:
         }
     )
     assert Settings.from_options(options).listen_dsn == keywords["listen_dsn"]
+
+
+@pytest.mark.parametrize("mode", ["run", "run_async", "AsyncStore"])
+def test_an_ack_that_committed_as_the_pooler_died_counts_as_acked_not_lost(
+    dsn: str, schema: str, mode: str, caplog: pytest.LogCaptureFixture, pgbouncer_binary: str
+) -> None:
+    # The ack's DELETE sleeps on the server; PgBouncer is killed meanwhile, and the
+    # DELETE commits with no one to answer. The retried ack finds the job gone.
+    options: dict[str, object] = {"schema": schema, "pooler": "transaction", "listen_dsn": dsn}
+    alkstore.open(dsn, schema=schema).close()
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(
+            sql.SQL(
+                "CREATE FUNCTION {}.slow_delete() RETURNS trigger LANGUAGE plpgsql"
+                " AS $$ BEGIN PERFORM pg_sleep(2); RETURN old; END $$"
+            ).format(sql.Identifier(schema))
+        )
+        connection.execute(
+            sql.SQL(
+                "CREATE TRIGGER slow BEFORE DELETE ON {}.jobs FOR EACH ROW EXECUTE FUNCTION {}()"
+            ).format(sql.Identifier(schema), sql.Identifier(schema, "slow_delete"))
+        )
+    caplog.set_level(logging.WARNING, logger="alkstore.worker")
+    handled = threading.Event()
+
+    def handler(job: object) -> None:
+        handled.set()
+
+    with pgbouncer(dsn) as bouncer:
+
+        def kill_the_pooler_mid_ack() -> None:
+            assert handled.wait(20)
+            time.sleep(0.7)  # the ack's DELETE is asleep on the server
+            assert bouncer.process is not None
+            bouncer.process.kill()
+            bouncer.process.wait(10)
+            bouncer.process = None
+            time.sleep(0.5)
+            bouncer.start()
+
+        killer = threading.Thread(target=kill_the_pooler_mid_ack)
+        killer.start()
+        try:
+            stats = _work_one_job(bouncer.dsn, options, handler, mode)
+        finally:
+            killer.join(30)
+    assert (stats.succeeded, stats.lost) == (1, 0)
+    assert "lost its claim" not in caplog.text
+    with alkstore.open(dsn, schema=schema) as store:
+        assert store.inspect().jobs("q", limit=10) == []
+
+
+def _work_one_job(
+    target: str, options: dict[str, object], handler: Callable[[object], None], mode: str
+) -> alkstore.RunStats:
+    """Enqueue one job and run a Worker until it settled it; its stats."""
+
+    def settled(worker: alkstore.Worker) -> bool:
+        stats = worker.stats()
+        return stats.handled >= 1 and stats.in_flight == 0
+
+    if mode == "run":
+        with alkstore.open(target, **options) as store:
+            store.queue("q").enqueue("x")
+            worker = alkstore.Worker(store, "q", handler)
+            stop = threading.Event()
+            runner = threading.Thread(target=worker.run, args=(stop,))
+            runner.start()
+            deadline = time.monotonic() + 30
+            while not settled(worker) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stop.set()
+            runner.join(30)
+            return worker.stats()
+
+    async def main() -> alkstore.RunStats:
+        async with contextlib.AsyncExitStack() as stack:
+            store: alkstore.Store | alkstore.AsyncStore
+            if mode == "AsyncStore":
+                store = await stack.enter_async_context(alkstore.open_async(target, **options))
+                await store.queue("q").enqueue("x")
+            else:
+                store = stack.enter_context(alkstore.open(target, **options))
+                store.queue("q").enqueue("x")
+            worker = alkstore.Worker(store, "q", handler)
+            stop = asyncio.Event()
+            running = asyncio.ensure_future(worker.run_async(stop))
+            deadline = time.monotonic() + 30
+            while not settled(worker) and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            stop.set()
+            await asyncio.wait_for(running, 30)
+            return worker.stats()
+
+    return asyncio.run(main())

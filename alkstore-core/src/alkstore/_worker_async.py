@@ -55,6 +55,7 @@ class QueuePort(Protocol):
     async def retry(self, job: ClaimedJob[Any], error: BaseException) -> bool: ...
     async def release(self, job: ClaimedJob[Any]) -> bool: ...
     async def heartbeat(self, job: ClaimedJob[Any], extend_s: float) -> bool: ...
+    async def exists(self, job: ClaimedJob[Any]) -> bool: ...
 
 
 class AsyncQueuePort:
@@ -84,6 +85,9 @@ class AsyncQueuePort:
 
     async def heartbeat(self, job: ClaimedJob[Any], extend_s: float) -> bool:
         return await _async(job).heartbeat(extend_s)
+
+    async def exists(self, job: ClaimedJob[Any]) -> bool:
+        return await self._queue.get_job(job.id) is not None
 
 
 class OffloadedQueuePort:
@@ -126,6 +130,9 @@ class OffloadedQueuePort:
 
     async def heartbeat(self, job: ClaimedJob[Any], extend_s: float) -> bool:
         return await asyncio.to_thread(_sync(job).heartbeat, extend_s)
+
+    async def exists(self, job: ClaimedJob[Any]) -> bool:
+        return await asyncio.to_thread(self._queue.get_job, job.id) is not None
 
 
 class AsyncRunner:
@@ -352,7 +359,15 @@ class AsyncRunner:
                 await asyncio.sleep(pause)
                 continue
             self._ledger.answered()
-            return settled
+            return settled or (error is None and held.settle_unknown and await self._gone(held))
+
+    async def _gone(self, held: Held) -> bool:
+        """Whether ``held``'s job is no longer in the queue: an ack whose answer
+        was lost committed (or another's did), rather than the claim being lost."""
+        try:
+            return not await self._port.exists(held.job)
+        except Error:
+            return False
 
     async def _release(self, holds: list[Held]) -> None:
         for held in holds:

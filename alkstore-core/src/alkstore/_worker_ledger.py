@@ -99,6 +99,8 @@ class Held:
     """What its handler raised, if it did."""
     lapse_told: bool = False
     """A warning already said that its claim was lost."""
+    settle_unknown: bool = False
+    """A settle of it failed with no answer: it may have committed all the same."""
 
 
 def _lapsed_by(held: Held, now: float) -> bool:
@@ -281,6 +283,7 @@ class Ledger:
         Give up once the claim would lapse before the next try, or the worker
         no longer holds it: the job is then claimed and run again (at least once).
         """
+        held.settle_unknown = True
         pause = self.outage.failed(f"settling job {held.job.id}", error)
         if time.monotonic() + pause >= held.lapses_at or not self.holds(held):
             return None

@@ -188,7 +188,9 @@ class ThreadRunner:
     def _settle(self, held: Held, settle: Callable[[], bool], outcome: str) -> None:
         settled = False
         try:
-            settled = self._settled(held, settle)
+            settled = self._settled(held, settle) or (
+                outcome == SUCCEEDED and held.settle_unknown and self._gone(held)
+            )
         finally:
             self._ledger.drop(held, outcome if settled else LOST)
 
@@ -207,6 +209,14 @@ class ThreadRunner:
                 continue
             self._ledger.answered()
             return settled
+
+    def _gone(self, held: Held) -> bool:
+        """Whether ``held``'s job is no longer in the queue: an ack whose answer
+        was lost committed (or another's did), rather than the claim being lost."""
+        try:
+            return self._queue.get_job(held.job.id) is None
+        except Error:
+            return False
 
     def _release(self, holds: list[Held]) -> None:
         for held in holds:
