@@ -281,15 +281,17 @@ def test_a_run_async_cancelled_at_any_moment_leaves_no_claim_behind(dsn: str) ->
 
 def test_held_claims_that_lapsed_before_a_handler_was_free_are_not_started(dsn: str) -> None:
     with alkstore.open(dsn) as store:
-        queue = store.queue("q", QueueOpts(visibility_timeout_s=30))
+        queue = store.queue("q", QueueOpts(visibility_timeout_s=0.3))
         for n in range(4):
             queue.enqueue(n)
+        ledger = Ledger("q", "w", concurrency=1, batch_size=4, lease_s=0.3)
         jobs: list[Any] = queue.claim_batch("w", 4)
-        ledger = Ledger("q", "w", concurrency=1, batch_size=4, lease_s=30.0)
-        ledger.hold(jobs[:2], claimed_at=time.monotonic() - 31)  # their lease ran out here
-        ledger.hold(jobs[2:], claimed_at=time.monotonic())
+        waited, fresh = jobs[:2], jobs[2:]
+        ledger.hold(waited, claimed_at=time.monotonic())
+        time.sleep(0.35)  # a whole lease in the hold, and no heartbeat renewed them
+        ledger.hold(fresh, claimed_at=time.monotonic())
         started = ledger.next_unstarted()
         assert started is not None
-        assert started.job.id == jobs[2].id
+        assert started.job.id == fresh[0].id
         assert ledger.stats().lost == 2
         assert ledger.in_flight() == 2

@@ -33,7 +33,16 @@ from alkstore._job import ClaimedJob, Job
 from alkstore._queue import Queue
 from alkstore._run_stats import call_to_completion
 from alkstore._tracing import handling
-from alkstore._worker_ledger import FAILED, LOST, RELEASED, SUCCEEDED, Held, Ledger, Verdict
+from alkstore._worker_ledger import (
+    BEAT_ROUND,
+    FAILED,
+    LOST,
+    RELEASED,
+    SUCCEEDED,
+    Held,
+    Ledger,
+    Verdict,
+)
 
 __all__ = ["AsyncQueuePort", "AsyncRunner", "OffloadedQueuePort", "QueuePort"]
 
@@ -387,19 +396,25 @@ class AsyncRunner:
         """Heartbeat each held job a third of a lease after its claim or last renewal."""
         while True:
             await asyncio.sleep(self._ledger.beat_interval())
-            for held in self._ledger.due_for_beat():
-                await self._beat(held)
+            more = True
+            while more and (due := self._ledger.due_for_beat()):
+                for held in due:
+                    if not await self._beat(held):
+                        return  # the store closed
+                more = len(due) == BEAT_ROUND  # a full round: others may be due still
 
-    async def _beat(self, held: Held) -> None:
+    async def _beat(self, held: Held) -> bool:
+        """Heartbeat ``held``'s claim; False once the store closed."""
         sent_at = time.monotonic()
         try:
             alive = await self._port.heartbeat(held.job, held.lease_s)
         except Closed:
-            return
+            return False
         except Error as exc:
             self._ledger.beat_failed(held, exc)
-            return
+            return True
         self._ledger.beat_answered(held, sent_at, alive)
+        return True
 
     # Shutting down
 

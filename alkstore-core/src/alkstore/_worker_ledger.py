@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import heapq
 import itertools
 import logging
 import threading
@@ -33,9 +34,12 @@ from alkstore._job import ClaimedJob, describe_error
 from alkstore._outage import Outage
 from alkstore._run_stats import RunStats
 
-__all__ = ["JOB_LOG_FIELDS", "Held", "Ledger", "Verdict", "job_fields"]
+__all__ = ["BEAT_ROUND", "JOB_LOG_FIELDS", "Held", "Ledger", "Verdict", "job_fields"]
 
 log = logging.getLogger("alkstore.worker")
+
+BEAT_ROUND = 32
+"""The most heartbeats the keeper sends before it looks again at which are due."""
 
 SUCCEEDED, FAILED, RELEASED, LOST = "succeeded", "failed", "released", "lost"
 """What became of a claim, as counted in :class:`~alkstore.RunStats`."""
@@ -101,12 +105,18 @@ class Held:
     """A warning already said that its claim was lost."""
     settle_unknown: bool = False
     """A settle of it failed with no answer: it may have committed all the same."""
+    held_at: float = 0.0
+    """When the worker took it into its hold (the claim's answer came)."""
 
 
 def _lapsed_by(held: Held, now: float) -> bool:
     """Whether ``held``'s claim may have lapsed by ``now``: its heartbeat found it
-    gone, or its lease ran out before a renewal."""
-    return held.heartbeat_failed or held.lapses_at <= now
+    gone, or its lease ran out while it waited in the hold, no renewal in time.
+    (A lease that ran out before the claim's answer came, being shorter than
+    its round trip, is not held against the job: it runs, as it would have.)"""
+    if held.heartbeat_failed:
+        return True
+    return held.held_at < held.lapses_at <= now
 
 
 class Ledger:
@@ -174,12 +184,13 @@ class Ledger:
     def hold(self, jobs: list[ClaimedJob[Any]], claimed_at: float) -> list[Held]:
         """Hold freshly claimed jobs; ``claimed_at`` is the monotonic time the claim was sent."""
         fresh = []
+        held_at = time.monotonic()
         with self.changed:
             for job in jobs:
                 lease = self._lease(job)
                 held = Held(
                     job, lease, beat_at=claimed_at + lease / 3, lapses_at=claimed_at + lease,
-                    sequence=next(self._sequence),
+                    sequence=next(self._sequence), held_at=held_at,
                 )  # fmt: skip
                 self._held[job.id] = held
                 fresh.append(held)
@@ -395,10 +406,20 @@ class Ledger:
         return min(max(shortest / 6, 0.01), 1.0)
 
     def due_for_beat(self) -> list[Held]:
-        """Claims due a heartbeat now: a third of a lease after their claim or last renewal."""
+        """Up to ``BEAT_ROUND`` claims due a heartbeat now (a third of a lease after
+        their claim or last renewal): running jobs first, then the most overdue.
+
+        When heartbeats fall behind (a batch too large to renew in time), a
+        running job's claim is the one that must not lapse (a held one that
+        lapses is not started), so the keeper asks again after each round,
+        and a job started meanwhile goes to the front.
+        """
         now = time.monotonic()
         with self.changed:
-            return [held for held in self._held.values() if held.beat_at <= now]
+            due = [held for held in self._held.values() if held.beat_at <= now]
+        return heapq.nsmallest(
+            BEAT_ROUND, due, key=lambda held: (held.ran_from is None, held.beat_at)
+        )
 
     def beat_answered(self, held: Held, sent_at: float, alive: bool) -> None:
         """A heartbeat sent at ``sent_at`` returned ``alive``."""

@@ -21,7 +21,16 @@ from alkstore._run_stats import call_to_completion
 from alkstore._signals import SIGNAL_CHECK_S
 from alkstore._store import StopSignal
 from alkstore._tracing import handling
-from alkstore._worker_ledger import FAILED, LOST, RELEASED, SUCCEEDED, Held, Ledger, Verdict
+from alkstore._worker_ledger import (
+    BEAT_ROUND,
+    FAILED,
+    LOST,
+    RELEASED,
+    SUCCEEDED,
+    Held,
+    Ledger,
+    Verdict,
+)
 
 if TYPE_CHECKING:
     from alkstore._queue import Queue
@@ -235,20 +244,25 @@ class ThreadRunner:
     def _keep_alive(self, done: threading.Event) -> None:
         """Heartbeat each held job a third of a lease after its claim or last renewal."""
         while not done.wait(self._ledger.beat_interval()):
-            for held in self._ledger.due_for_beat():
-                self._beat(held)
+            more = True
+            while more and (due := self._ledger.due_for_beat()):
+                if not all(self._beat(held) for held in due):
+                    return  # the store closed
+                more = len(due) == BEAT_ROUND  # a full round: others may be due still
 
-    def _beat(self, held: Held) -> None:
+    def _beat(self, held: Held) -> bool:
+        """Heartbeat ``held``'s claim; False once the store closed."""
         job = cast(Job, held.job)
         sent_at = time.monotonic()
         try:
             alive = job.heartbeat(held.lease_s)
         except Closed:
-            return
+            return False
         except Error as exc:
             self._ledger.beat_failed(held, exc)
-            return
+            return True
         self._ledger.beat_answered(held, sent_at, alive)
+        return True
 
     # Shutting down
 
