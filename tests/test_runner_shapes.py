@@ -11,13 +11,12 @@ import random
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 
 import alkstore
 from alkstore import AsyncJob, Job, QueueOpts, StreamEvent, Worker
-from alkstore._worker_ledger import Ledger
 
 T = TypeVar("T")
 
@@ -276,22 +275,66 @@ def test_a_run_async_cancelled_at_any_moment_leaves_no_claim_behind(dsn: str) ->
     run(main)
 
 
-# A claim that lapsed while it waited for a handler is not run
+# The outbox's deliver: the same shapes, and its dead letters
 
 
-def test_held_claims_that_lapsed_before_a_handler_was_free_are_not_started(dsn: str) -> None:
+async def _deliver_async(payload: object) -> None:
+    DELIVERED.append(payload)
+
+
+DELIVERED: list[object] = []
+
+
+def test_an_outbox_runs_a_coroutine_deliver_and_refuses_a_generator(dsn: str) -> None:
+    def generator(payload: object) -> Iterator[None]:
+        yield
+
+    DELIVERED.clear()
     with alkstore.open(dsn) as store:
-        queue = store.queue("q", QueueOpts(visibility_timeout_s=0.3))
-        for n in range(4):
-            queue.enqueue(n)
-        ledger = Ledger("q", "w", concurrency=1, batch_size=4, lease_s=0.3)
-        jobs: list[Any] = queue.claim_batch("w", 4)
-        waited, fresh = jobs[:2], jobs[2:]
-        ledger.hold(waited, claimed_at=time.monotonic())
-        time.sleep(0.35)  # a whole lease in the hold, and no heartbeat renewed them
-        ledger.hold(fresh, claimed_at=time.monotonic())
-        started = ledger.next_unstarted()
-        assert started is not None
-        assert started.job.id == fresh[0].id
-        assert ledger.stats().lost == 2
-        assert ledger.in_flight() == 2
+        outbox = store.outbox("hooks")
+        outbox.enqueue("sync store")
+        with pytest.raises(TypeError, match="generator function"):
+            outbox.run_once("relay", generator)
+        assert outbox.run_once("relay", _deliver_async) is True
+    assert DELIVERED == ["sync store"]
+
+    async def main() -> None:
+        async with alkstore.open_async(dsn) as store:
+            outbox = store.outbox("hooks")
+            await outbox.enqueue("async store")
+            with pytest.raises(TypeError, match="generator function"):
+                await outbox.run_once("relay", generator)
+            returns_a_coroutine = lambda p: _deliver_async(p)  # noqa: E731, PLW0108 - the shape
+            assert await outbox.run_once("relay", returns_a_coroutine) is True
+            assert await store.inspect().jobs(outbox.queue_name) == []
+
+    run(main)
+    assert DELIVERED == ["sync store", "async store"]
+
+
+def test_an_outboxs_dead_sends_can_be_requeued_and_purged(dsn: str) -> None:
+    def refuse(payload: object) -> None:
+        raise RuntimeError("the endpoint said no")
+
+    with alkstore.open(dsn) as store:
+        outbox = store.outbox("hooks")
+        first = outbox.enqueue("first", alkstore.EnqueueOpts(max_attempts=1))
+        outbox.enqueue("second", alkstore.EnqueueOpts(max_attempts=1))
+        assert outbox.run_once("relay", refuse) is True
+        assert outbox.run_once("relay", refuse) is True
+        assert outbox.requeue_dead([first]) == 1
+        delivered: list[object] = []
+        assert outbox.run_once("relay", delivered.append) is True
+        assert delivered == ["first"]
+        assert outbox.purge_dead() == 1
+
+    async def main() -> None:
+        async with alkstore.open_async(dsn) as store:
+            outbox = store.outbox("hooks")
+            await outbox.enqueue("third", alkstore.EnqueueOpts(max_attempts=1))
+            assert await outbox.run_once("relay", refuse) is True
+            assert await outbox.requeue_dead() == 1
+            assert await outbox.run_once("relay", refuse) is True
+            assert await outbox.purge_dead() == 1
+
+    run(main)

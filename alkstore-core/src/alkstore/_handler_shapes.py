@@ -17,19 +17,19 @@ from typing import Any
 __all__ = ["check_handler", "check_plain_result", "check_result", "is_coroutine_handler"]
 
 
-def check_handler(handler: object) -> None:
-    """Refuse what cannot be a handler.
+def check_handler(handler: object, role: str = "handler") -> None:
+    """Refuse what cannot be a handler (``role`` names it in the message).
 
     Raises:
         TypeError: ``handler`` is not callable, or is a generator function
             (sync or async), whose call would not run its body.
     """
     if not callable(handler):
-        raise TypeError(f"handler must be callable, not {type(handler).__name__}")
+        raise TypeError(f"{role} must be callable, not {type(handler).__name__}")
     for shape in (handler, _call_method(handler)):
         if inspect.isgeneratorfunction(shape) or inspect.isasyncgenfunction(shape):
             raise TypeError(
-                f"handler {handler!r} is a generator function: calling it runs none of its "
+                f"{role} {handler!r} is a generator function: calling it runs none of its "
                 "body (it only makes a generator); use a plain or an async def function"
             )
 

@@ -11,6 +11,7 @@ import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, get_args
 
+from alkstore._names import check_identifier
 from alkstore._options import check_int
 from alkstore._values import JobInfo, JobState, Schedule
 
@@ -106,6 +107,7 @@ def check_jobs_query(
     """The arguments of ``Inspector.jobs``, checked."""
     if not isinstance(queue, str) or not queue:
         raise TypeError(f"queue must be a non-empty str, not {queue!r}")
+    queue = check_identifier(queue, "queue name")  # reserved names welcome: outboxes show here
     if state is not None and state not in JOB_STATES:
         raise ValueError(f"state must be one of {', '.join(JOB_STATES)} or None, not {state!r}")
     limit = check_int(limit, "limit", minimum=1, maximum=MAX_JOBS_LISTED)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from alkstore._handler_shapes import check_handler
 from alkstore._options import EnqueueOpts
 from alkstore._queue import Queue
+from alkstore._run_stats import call_to_completion
 
 __all__ = ["Outbox", "backing_queue"]
 
@@ -34,29 +36,41 @@ class Outbox:
         """Add a send in its own transaction; return its job id."""
         return self._queue.enqueue(payload, opts)
 
-    def run_once(self, worker_id: str, deliver: Callable[[Any], None]) -> bool:
+    def run_once(self, worker_id: str, deliver: Callable[[Any], object]) -> bool:
         """Claim one send and pass its payload to ``deliver``.
 
         ``deliver`` returning acks the send; raising an ``Exception`` retries
         it on the backoff curve (dead letters after the last attempt), with the
-        exception recorded as ``last_error``. Returns True if a send was
+        exception recorded as ``last_error``. A coroutine function (or a
+        ``deliver`` that returns a coroutine) runs to its end on an event loop
+        of its own, as a Worker's handler does. Returns True if a send was
         handled, False if none was ready.
 
         Raises:
-            TypeError: ``deliver`` is not callable (checked before any claim).
+            TypeError: ``deliver`` is not callable, or is a generator function,
+                whose call would run none of its body (checked before any claim).
         """
-        if not callable(deliver):
-            raise TypeError(f"deliver must be callable, not {type(deliver).__name__}")
+        check_handler(deliver, "deliver")
         job = self._queue.claim_one(worker_id)
         if job is None:
             return False
         try:
-            deliver(job.payload)
+            call_to_completion(deliver, job.payload)
         except Exception as exc:  # the delivery failed: retry on the curve
             job.retry(exc)
         else:
             job.ack()
         return True
+
+    def requeue_dead(
+        self, job_ids: Iterable[int] | None = None, *, reset_attempts: bool = True
+    ) -> int:
+        """Move dead sends back to ready; return how many moved (see ``Queue.requeue_dead``)."""
+        return self._queue.requeue_dead(job_ids, reset_attempts=reset_attempts)
+
+    def purge_dead(self, older_than_s: float | None = None) -> int:
+        """Delete dead sends; return how many went (see ``Queue.purge_dead``)."""
+        return self._queue.purge_dead(older_than_s)
 
     def __repr__(self) -> str:
         return f"<Outbox {self.name!r}>"

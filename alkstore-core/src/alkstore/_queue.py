@@ -127,7 +127,9 @@ class Queue(abc.ABC):
 
     def sweep_expired(self) -> int:
         """Move every past-expiry job of this queue, in any state, to dead letters,
-        and purge dead letters older than their retention. Return how many moved.
+        and purge dead letters older than their retention. Return how many
+        past-expiry jobs moved (a claim that lapsed on its last attempt, which
+        the sweep sends to dead letters as the next claim would, is not counted).
         """
         self._store._check_open()
         return self._sweep_expired()
