@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,3 +316,55 @@ def test_a_call_made_during_an_outage_returns_soon_after_the_server_is_back(api:
         returned_at = time.monotonic()
         assert claimed is not None
         assert returned_at - back_at[0] < 10, "the call waited on long after the server was back"
+
+
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_wait_with_a_timeout_ends_near_it_during_an_outage(api: str) -> None:
+    """``queue.wait(1)`` and a receiver's ``recv(1)`` read before they wait for
+    a wake: during an outage that read must give up near the caller's timeout
+    with ``Database``, not wait out ``connect_timeout_s`` (30 s here)."""
+    with throwaway_cluster() as server:
+        dsn = f"postgresql://postgres@127.0.0.1:{server.port}/postgres?connect_timeout_s=30"
+
+        async def waits_async() -> list[float]:
+            async with alkstore.open_async(dsn) as store:
+                queue, receiver = store.queue("q"), await store.stream("s").subscribe("c")
+                with _server_stopped(server):
+                    took = [
+                        await _seconds_to_fail_async(queue.wait(1)),
+                        await _seconds_to_fail_async(receiver.recv_async(1)),
+                    ]
+                await queue.enqueue("after")  # the store works on
+                assert await queue.wait(1) is True
+                receiver.close()
+                return took
+
+        def waits_sync() -> list[float]:
+            with alkstore.open(dsn) as store:
+                queue, receiver = store.queue("q"), store.stream("s").subscribe("c")
+                with _server_stopped(server):
+                    took = [
+                        _seconds_to_fail(lambda: queue.wait(1)),
+                        _seconds_to_fail(lambda: receiver.recv(1)),
+                    ]
+                queue.enqueue("after")
+                assert queue.wait(1) is True
+                receiver.close()
+                return took
+
+        took = asyncio.run(waits_async()) if api == "async" else waits_sync()
+        assert all(seconds < 5 for seconds in took), took
+
+
+def _seconds_to_fail(call: Callable[[], object]) -> float:
+    started = time.monotonic()
+    with pytest.raises(alkstore.Database, match="couldn't get a connection"):
+        call()
+    return time.monotonic() - started
+
+
+async def _seconds_to_fail_async(call: Awaitable[object]) -> float:
+    started = time.monotonic()
+    with pytest.raises(alkstore.Database, match="couldn't get a connection"):
+        await call
+    return time.monotonic() - started

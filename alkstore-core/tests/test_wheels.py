@@ -69,7 +69,7 @@ def test_each_wheel_carries_its_entry_points_and_type_marker(
     ("distribution", "lowest"),
     [
         ("alkstore-sqlite", "0.1.0.dev4"),
-        ("alkstore-postgres", "0.1.0.dev4"),
+        ("alkstore-postgres", "0.1.0.dev6"),  # wait_budget
         # its suite pins fixes of core itself (error texts, portable parameters)
         ("alkstore-contract-tests", "0.1.0.dev5"),
     ],

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from alkstore._async_job import AsyncJob
+from alkstore._call_deadline import deadline_in
 from alkstore._codec import encode
 from alkstore._job import ClaimedJob, Job
 from alkstore._names import check_identifier, queue_wake_key
@@ -131,7 +132,9 @@ class AsyncQueue:
         seconds = None if timeout is None else check_duration(timeout, "timeout", zero_ok=True)
         # Listening before looking: a commit between the look and the wait still wakes us.
         with await self._store._watch(queue_wake_key(self.name)) as wakes:
-            plan = wait_for_work(await self._until_ready(), seconds)
+            with deadline_in(seconds):
+                until_ready = await self._until_ready()
+            plan = wait_for_work(until_ready, seconds)
             if plan is None:
                 return True
             recv_timeout, look_again = plan

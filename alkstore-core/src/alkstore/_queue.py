@@ -6,6 +6,7 @@ import abc
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from alkstore._call_deadline import deadline_in
 from alkstore._claims import ClaimLedger
 from alkstore._codec import encode
 from alkstore._job import ClaimedJob, Job
@@ -166,12 +167,19 @@ class Queue(abc.ABC):
 
         Wake-driven, not polling. True means "look again": a claim may still
         find nothing. False means the timeout passed (or the store closed).
+
+        Raises:
+            Database: the look at the queue failed: during an outage, near
+                ``timeout`` (half a second at least), not after the engine's
+                whole connect timeout.
         """
         self._store._check_open()
         seconds = None if timeout is None else check_duration(timeout, "timeout", zero_ok=True)
         # Listening before looking: a commit between the look and the wait still wakes us.
         with self._store._watch(queue_wake_key(self.name)) as wakes:
-            plan = wait_for_work(self._until_ready(), seconds)
+            with deadline_in(seconds):
+                until_ready = self._until_ready()
+            plan = wait_for_work(until_ready, seconds)
             if plan is None:
                 return True
             recv_timeout, look_again = plan

@@ -9,6 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from alkstore._call_deadline import deadline_at
 from alkstore._codec import encode
 from alkstore._errors import InvalidName
 from alkstore._names import check_identifier, stream_wake_key
@@ -272,7 +273,9 @@ class Replay(Receiver[StreamEvent]):
         while not self._buffer:
             if self._wakes.closed:
                 return None
-            if self._absorb(await self._read_async(self._position)):
+            with deadline_at(deadline):
+                read = await self._read_async(self._position)
+            if self._absorb(read):
                 break
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
@@ -323,13 +326,19 @@ class EventReceiver(Replay):
         """The stream this receiver reads."""
 
     def recv(self, timeout: float | None = None) -> StreamEvent | None:
-        """Return the next event; None when ``timeout`` passes or the receiver closes."""
+        """Return the next event; None when ``timeout`` passes or the receiver closes.
+
+        Raises:
+            Database: a read failed; during an outage, near ``timeout``.
+        """
         timeout = check_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._buffer:
             if self._wakes.closed:
                 return None
-            if self._absorb(self.stream.read_since(self._position, _READ_AHEAD)):
+            with deadline_at(deadline):
+                read = self.stream.read_since(self._position, _READ_AHEAD)
+            if self._absorb(read):
                 break
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:

@@ -43,6 +43,7 @@ from alkstore._async_store import AsyncStore
 from alkstore._async_stream import AsyncStream
 from alkstore._async_tx import AsyncTxHandle
 from alkstore._backoff import backoff_ceiling
+from alkstore._call_deadline import wait_budget
 from alkstore._capabilities import Capabilities
 from alkstore._codec import decode
 from alkstore._commit_cursor import CommitCursor
@@ -114,6 +115,7 @@ __all__ = [
     "settings_from_options",
     "stream_events",
     "stream_wake_key",
+    "wait_budget",
 ]
 
 

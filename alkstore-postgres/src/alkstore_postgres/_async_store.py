@@ -35,7 +35,7 @@ import psycopg
 import psycopg_pool
 
 from alkstore import QueueOpts
-from alkstore.engine import AsyncStore, AsyncTxHandle, Store, WakeReceiver
+from alkstore.engine import AsyncStore, AsyncTxHandle, Store, WakeReceiver, wait_budget
 from alkstore_postgres._async_queue import PostgresAsyncQueue
 from alkstore_postgres._async_stream import PostgresAsyncStream
 from alkstore_postgres._async_tx import PostgresAsyncTx
@@ -195,10 +195,11 @@ class PostgresAsyncStore(AsyncStore):
     async def _from_pool(self) -> psycopg.AsyncConnection:
         self._waiting_on_pool += 1
         try:
-            for wait_s in checkout_waits(self.settings.connect_timeout_s):
+            budget_s = wait_budget(self.settings.connect_timeout_s)
+            for wait_s in checkout_waits(budget_s):
                 with contextlib.suppress(psycopg_pool.PoolTimeout):
                     return await self.pool.getconn(timeout=wait_s)
-            raise no_connection(self.settings.connect_timeout_s)
+            raise no_connection(budget_s)
         finally:
             self._waiting_on_pool -= 1
 

@@ -11,7 +11,7 @@ import psycopg
 import psycopg_pool
 
 from alkstore import Closed, QueueOpts, Schedule, ScheduleOpts
-from alkstore.engine import Lock, Store, TxHandle, WakeReceiver
+from alkstore.engine import Lock, Store, TxHandle, WakeReceiver, wait_budget
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import (
     RECONNECT_GIVE_UP_S,
@@ -147,10 +147,11 @@ class PostgresStore(Store):
 
     def _from_pool(self) -> psycopg.Connection:
         """A connection from the pool, asking again every ``CHECKOUT_SLICE_S``."""
-        for wait_s in checkout_waits(self.settings.connect_timeout_s):
+        budget_s = wait_budget(self.settings.connect_timeout_s)
+        for wait_s in checkout_waits(budget_s):
             with contextlib.suppress(psycopg_pool.PoolTimeout):
                 return self.pool.getconn(timeout=wait_s)
-        raise no_connection(self.settings.connect_timeout_s)
+        raise no_connection(budget_s)
 
     def run(self, plan: Plan[T]) -> T:
         """Run ``plan`` (see ``_plan``) on a pooled connection, in one transaction
