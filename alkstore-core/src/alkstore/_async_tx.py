@@ -10,6 +10,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from alkstore._codec import encode
+from alkstore._despite_cancel import retrieve
 from alkstore._errors import Closed, Database
 from alkstore._names import check_identifier, check_name, outbox_queue_name
 from alkstore._options import OUTBOX_QUEUE_OPTS, EnqueueOpts
@@ -192,7 +193,7 @@ class AsyncTxHandle:
             task = asyncio.Task(ending, loop=asyncio.get_running_loop(), eager_start=True)
         else:
             task = asyncio.ensure_future(ending)
-        task.add_done_callback(_retrieve)
+        task.add_done_callback(retrieve)
         return self._await_end(task, ended)
 
     async def _await_end(self, task: asyncio.Future[None], ended: TxState) -> None:
@@ -351,8 +352,3 @@ class AsyncTxHandle:
 def _roll_back_if_open(twin: TxHandle) -> None:
     if twin.active:
         twin.rollback()
-
-
-def _retrieve(task: asyncio.Future[None]) -> None:
-    if not task.cancelled():
-        task.exception()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from alkstore._values import StreamEvent
 
-__all__ = ["BatchVerdict", "is_fatal", "judge_batch"]
+__all__ = ["BatchVerdict", "Overtaken", "check_offset_saved", "is_fatal", "judge_batch"]
 
 
 @dataclass(frozen=True)
@@ -43,3 +43,19 @@ def is_fatal(raised: BaseException) -> bool:
 
 def _count_upto(batch: list[StreamEvent], offset: int) -> int:
     return sum(1 for event in batch if event.offset <= offset)
+
+
+class Overtaken(Exception):
+    """A transactional batch found its consumer's saved offset already at or past
+    its end: another run of the same consumer handled it."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(f"the saved offset is already at or past {offset}")
+        self.offset = offset
+        """The batch's last offset."""
+
+
+def check_offset_saved(saved: bool, offset: int) -> None:
+    """Raise :class:`Overtaken` unless the batch's offset save advanced the offset."""
+    if not saved:
+        raise Overtaken(offset)

@@ -34,7 +34,7 @@ from alkstore._async_store import AsyncStore
 from alkstore._async_stream import AsyncStream
 from alkstore._async_tx import AsyncTxHandle
 from alkstore._backoff import backoff_ceiling
-from alkstore._batch_verdict import is_fatal, judge_batch
+from alkstore._batch_verdict import Overtaken, check_offset_saved, is_fatal, judge_batch
 from alkstore._consumer_async import AsyncConsumerRun
 from alkstore._errors import Closed, Database, Error, StreamTrimmed
 from alkstore._handler_shapes import check_handler, check_plain_result, is_coroutine_handler
@@ -236,6 +236,16 @@ class Consumer:
         )  # fmt: skip
         return _retry_pause(self._failures)
 
+    def _note_overtaken(self, overtaken: Overtaken) -> None:
+        """Another run of this consumer committed past the batch: it was rolled
+        back, and the run resubscribes from the saved offset."""
+        log.warning(
+            "consumer %r of %r: another run of the same consumer saved its offset past %d; "
+            "this run's batch was rolled back and it carries on from the saved offset "
+            "(run one consumer of a name at a time)",
+            self.name, self.stream.name, overtaken.offset,
+        )  # fmt: skip
+
     def _count(self, *, succeeded: int = 0, failed: int = 0) -> None:
         with self._lock:
             self._succeeded += succeeded
@@ -288,6 +298,9 @@ class Consumer:
         if self.transactional:
             try:
                 failure = self._in_transaction(batch)
+            except Overtaken as overtaken:
+                self._note_overtaken(overtaken)
+                return False
             except Database as exc:
                 # The commit's outcome is unknown: the saved offset tells, on resubscribing.
                 stop.wait(self._outage.failed(f"committing a batch of {self.stream.name!r}", exc))
@@ -309,13 +322,18 @@ class Consumer:
             stop.wait(pause)
         return pause is None
 
-    def _call_each(self, batch: list[StreamEvent]) -> tuple[int | None, BaseException | None]:
-        """Run the handler on each event in order until one raises.
+    def _call_each(
+        self, batch: list[StreamEvent], cut_short: threading.Event | None = None
+    ) -> tuple[int | None, BaseException | None]:
+        """Run the handler on each event in order until one raises (or, on a
+        thread of a cancelled ``run_async``, until ``cut_short`` is set).
 
         Returns the last handled offset (None if none was) and what was raised.
         """
         handled = None
         for event in batch:
+            if cut_short is not None and cut_short.is_set():
+                break
             try:
                 call_to_completion(self.handler, event)
             except BaseException as exc:
@@ -323,17 +341,34 @@ class Consumer:
             handled = event.offset
         return handled, None
 
-    def _in_transaction(self, batch: list[StreamEvent]) -> BaseException | None:
-        """Run the batch and save its offset in one transaction; return what the handler raised.
+    def _in_transaction(
+        self, batch: list[StreamEvent], cut_short: threading.Event | None = None
+    ) -> BaseException | None:
+        """Save the batch's offset and run the batch in one transaction; return
+        what the handler raised (nothing committed then).
+
+        The offset is saved first: a second run of the same consumer (another
+        process) then waits for this one's commit and finds its batch taken,
+        instead of committing the handler's writes a second time. On a thread
+        of a cancelled ``run_async``, ``cut_short`` set rolls the batch back.
 
         Raises:
             Database: opening, saving in or committing the transaction failed.
+            Overtaken: the saved offset is already at or past the batch's end.
             BaseException: what the handler raised that is not an ``Exception``.
         """
         handler: Callable[[StreamEvent, TxHandle], object] = self.handler  # type: ignore[assignment]
         tx = cast(Store, self.store).begin_tx()
         try:
+            last = batch[-1].offset
+            check_offset_saved(tx.save_offset_tx(self.stream.name, self.name, last), last)
+        except BaseException:
+            _roll_back_quietly(tx)
+            raise
+        try:
             for event in batch:
+                if cut_short is not None and cut_short.is_set():
+                    break
                 check_plain_result(handler(event, tx))
         except BaseException as exc:
             _roll_back_quietly(tx)
@@ -341,8 +376,10 @@ class Consumer:
                 raise
             return exc
         try:
-            tx.save_offset_tx(self.stream.name, self.name, batch[-1].offset)
-            tx.commit()
+            if cut_short is not None and cut_short.is_set():
+                tx.rollback()  # the run was cancelled: it saves nothing more
+            else:
+                tx.commit()
         except BaseException:
             _roll_back_quietly(tx)
             raise

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 from alkstore._async_store import AsyncStore
 from alkstore._async_stream import AsyncEventReceiver, AsyncStream
 from alkstore._async_tx import AsyncTxHandle
-from alkstore._batch_verdict import is_fatal, judge_batch
+from alkstore._batch_verdict import Overtaken, check_offset_saved, is_fatal, judge_batch
+from alkstore._despite_cancel import OUTCOME_WAIT_S, outcome_despite_cancel
 from alkstore._errors import Closed, Database, Error, StreamTrimmed
 from alkstore._stream import EventReceiver, Replay, Stream
 from alkstore._values import StreamEvent
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
     from alkstore._consumer import Consumer
 
 __all__ = ["AsyncConsumerRun", "AsyncStreamPort", "OffloadedStreamPort", "StreamPort"]
+
+T = TypeVar("T")
 
 
 class StreamPort(Protocol):
@@ -66,6 +70,13 @@ class AsyncStreamPort:
         handler: Callable[[StreamEvent, AsyncTxHandle], Awaitable[object]]
         handler = self._consumer.handler  # type: ignore[assignment]
         tx = await self._store.begin_tx()
+        try:  # the offset first, as Consumer._in_transaction says why
+            last = batch[-1].offset
+            saved = await tx.save_offset_tx(self._stream.name, self._consumer.name, last)
+            check_offset_saved(saved, last)
+        except BaseException:
+            await _roll_back_quietly(tx)
+            raise
         try:
             for event in batch:
                 await handler(event, tx)
@@ -75,7 +86,6 @@ class AsyncStreamPort:
                 raise
             return exc
         try:
-            await tx.save_offset_tx(self._stream.name, self._consumer.name, batch[-1].offset)
             await tx.commit()
         except BaseException:
             await _roll_back_quietly(tx)
@@ -98,7 +108,7 @@ class OffloadedStreamPort:
 
     async def in_transaction(self, batch: list[StreamEvent]) -> BaseException | None:
         # The sync run's own transaction, whole on one thread: it belongs to the thread.
-        return await asyncio.to_thread(self._consumer._in_transaction, batch)
+        return await on_thread_until_cancelled(self._consumer._in_transaction, batch)
 
 
 class AsyncConsumerRun:
@@ -171,6 +181,9 @@ class AsyncConsumerRun:
         if consumer.transactional:
             try:
                 failure = await self._port.in_transaction(batch)
+            except Overtaken as overtaken:
+                consumer._note_overtaken(overtaken)
+                return False
             except Database as exc:
                 committing = f"committing a batch of {consumer.stream.name!r}"
                 await _pause(stop, self._outage.failed(committing, exc))
@@ -196,7 +209,7 @@ class AsyncConsumerRun:
         """``Consumer._call_each``: coroutine handlers awaited here, plain ones on a thread."""
         consumer = self._consumer
         if not consumer._is_async:
-            return await asyncio.to_thread(consumer._call_each, batch)
+            return await on_thread_until_cancelled(consumer._call_each, batch)
         handler: Callable[[StreamEvent], Awaitable[object]] = consumer.handler  # type: ignore[assignment]
         handled = None
         for event in batch:
@@ -241,6 +254,23 @@ class AsyncConsumerRun:
                     break
                 batch.append(event)
         return batch
+
+
+async def on_thread_until_cancelled(
+    call: Callable[[list[StreamEvent], threading.Event], T], batch: list[StreamEvent]
+) -> T:
+    """``call(batch, cut_short)`` on a thread. Cancelled, the run sets ``cut_short``
+    and waits for the thread (``OUTCOME_WAIT_S`` at most) before it goes on: a
+    run that returned while its thread still handled events would race the
+    next run of the consumer, and a thread's transaction would commit after it."""
+    cut_short = threading.Event()
+    work = asyncio.create_task(asyncio.to_thread(call, batch, cut_short))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        cut_short.set()
+        await outcome_despite_cancel(work, OUTCOME_WAIT_S)
+        raise
 
 
 async def _close_on_stop(stop: asyncio.Event, receiver: Replay) -> None:

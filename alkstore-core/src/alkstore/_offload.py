@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from alkstore._despite_cancel import retrieve
 from alkstore._errors import Closed
 
 __all__ = ["OFFLOAD_THREADS", "Lane", "Offloader", "WouldWait"]
@@ -142,13 +143,8 @@ class Lane:
 async def _outcome_of(future: concurrent.futures.Future[T]) -> T:
     """Await ``future`` without cancelling it when the await is cancelled."""
     outcome = asyncio.wrap_future(future)
-    outcome.add_done_callback(_retrieve)  # an outcome nobody awaits any more logs nothing
+    outcome.add_done_callback(retrieve)  # an outcome nobody awaits any more logs nothing
     return await asyncio.shield(outcome)
-
-
-def _retrieve(outcome: asyncio.Future[Any]) -> None:
-    if not outcome.cancelled():
-        outcome.exception()
 
 
 async def _await_call(

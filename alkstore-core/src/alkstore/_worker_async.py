@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from alkstore._async_job import AsyncJob
 from alkstore._async_queue import AsyncQueue
+from alkstore._despite_cancel import OUTCOME_WAIT_S, outcome_despite_cancel
 from alkstore._errors import Closed, Error
 from alkstore._handler_shapes import check_result, is_coroutine_handler
 from alkstore._handler_threads import HandlerThreads, complete_from_thread
@@ -47,11 +48,6 @@ from alkstore._worker_ledger import (
 __all__ = ["AsyncQueuePort", "AsyncRunner", "OffloadedQueuePort", "QueuePort"]
 
 T = TypeVar("T")
-
-OUTCOME_WAIT_S = 5.0
-"""How long a cancelled run waits for a claim or a settle already sent: its
-outcome decides what the shutdown must release. A call still unanswered then
-is left to the visibility timeout, as after a crash."""
 
 
 class QueuePort(Protocol):
@@ -257,7 +253,7 @@ class AsyncRunner:
         try:
             return await asyncio.shield(claiming)
         except asyncio.CancelledError:
-            jobs = await _outcome_despite_cancel(claiming, OUTCOME_WAIT_S)
+            jobs = await outcome_despite_cancel(claiming, OUTCOME_WAIT_S)
             if jobs:
                 self._ledger.hold(jobs, claiming_at)
             raise
@@ -346,7 +342,7 @@ class AsyncRunner:
         try:
             settled = await asyncio.shield(settling)
         except asyncio.CancelledError:
-            settled = bool(await _outcome_despite_cancel(settling, OUTCOME_WAIT_S))
+            settled = bool(await outcome_despite_cancel(settling, OUTCOME_WAIT_S))
             raise
         finally:
             self._ledger.drop(held, outcome if settled else LOST)
@@ -455,27 +451,6 @@ def _handled(handler: Callable[[Any], object], job: ClaimedJob[Any]) -> None:
             call_to_completion(handler, job)
         except GeneratorExit as exc:
             raise RuntimeError("the handler raised GeneratorExit") from exc
-
-
-async def _outcome_despite_cancel(work: asyncio.Task[T], limit_s: float) -> T | None:
-    """``work``'s result once it is done, waiting up to ``limit_s`` whatever
-    cancels the wait meanwhile; None if it failed or is still running then."""
-    deadline = time.monotonic() + limit_s
-    while not work.done() and (remaining := deadline - time.monotonic()) > 0:
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait([work], timeout=remaining)
-    if not work.done():
-        work.add_done_callback(_retrieve)
-        return None
-    if work.cancelled() or work.exception() is not None:
-        return None
-    return work.result()
-
-
-def _retrieve(work: asyncio.Future[Any]) -> None:
-    """Mark an outcome nobody awaits as retrieved (asyncio logs it otherwise)."""
-    if not work.cancelled():
-        work.exception()
 
 
 def _async(job: ClaimedJob[Any]) -> AsyncJob:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import time
 
 import pytest
 
@@ -75,6 +77,53 @@ def test_a_transactional_consumer_commits_its_writes_with_its_offset(
     # The failed batch rolled back whole: each event's job exists exactly once.
     shipments = store.queue("shipments").claim_batch("check", 10)
     assert sorted(job.payload for job in shipments) == [0, 1, 2]
+
+
+def test_two_transactional_runs_of_one_consumer_commit_each_batch_once(
+    store: alkstore.Store, running: StartRunning
+) -> None:
+    """Two runs of the same consumer (two replicas of a service) read the same
+    batch: the one that saves the offset second must roll its writes back,
+    not commit the projection a second time."""
+    stream = store.stream("orders")
+    offsets = [stream.publish(n) for n in range(20)]
+
+    def handler(event: StreamEvent, tx: TxHandle) -> None:
+        tx.enqueue_tx("shipments", None, event.payload)
+        time.sleep(0.01)  # both runs are mid-batch at once
+
+    for _ in range(2):
+        running(make_consumer(store, stream, "shipper", handler, transactional=True, batch_size=5))
+    eventually(lambda: stream.get_offset("shipper") == offsets[-1])
+    time.sleep(0.5)  # a batch the other run still held commits, or rolls back, by now
+    shipments = store.queue("shipments").claim_batch("check", 100)
+    assert sorted(job.payload for job in shipments) == list(range(20))
+
+
+def test_a_cancelled_run_async_handles_no_event_after_it_returned(store: alkstore.Store) -> None:
+    """A plain handler runs on a thread: cancelling the run must stop that thread
+    between events and wait for the event under way, or the next run races it."""
+    stream = store.stream("orders")
+    for n in range(20):
+        stream.publish(n)
+    calls: list[tuple[int, float]] = []
+
+    def handler(event: StreamEvent) -> None:
+        time.sleep(0.05)
+        calls.append((event.payload, time.monotonic()))
+
+    async def main() -> float:
+        consumer = make_consumer(store, stream, "c", handler, batch_size=20)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(consumer.run_async(), 0.3)
+        returned_at = time.monotonic()
+        await asyncio.sleep(0.5)
+        return returned_at
+
+    returned_at = run_scenario(store, main, 60)
+    assert calls, "the handler never ran"
+    assert [n for n, at in calls if at > returned_at] == []
+    assert stream.get_offset("c") == 0  # a cancelled run saves nothing more
 
 
 def test_a_transactional_handler_must_be_a_plain_function(store: alkstore.Store) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import overload
 
 from alkstore import LockInfo, QueueStats, Schedule, StreamStats, WakeReceiver
+from alkstore._despite_cancel import retrieve
 from alkstore._errors import Error
 from alkstore._names import SCHEDULES_WAKE_KEY, queue_wake_key, stream_wake_key
 from alkstore.web._backlog import Backlog
@@ -120,7 +121,7 @@ class Overview:
         reading = state.first_read
         if latest is not None or reading is None or reading.done():
             reading = state.loop.create_task(self._page_read(state))
-            reading.add_done_callback(_retrieve)
+            reading.add_done_callback(retrieve)
             if latest is None:  # pages that come before it ends join it
                 state.first_read = reading
         done, _ = await asyncio.wait({reading}, timeout=None if latest is not None else wait_s)
@@ -231,13 +232,6 @@ class Overview:
             "no read yet" if latest is None else f"read {latest.number} took {latest.took_s:.3f} s"
         )
         return f"<Overview of {self.source!r}: {shown}, budget {self.budget_s} s>"
-
-
-def _retrieve(task: asyncio.Task[OverviewRead]) -> None:
-    """Take a page read's failure even when the page stopped waiting for it
-    (kept in ``Overview.failure`` only by the background reader)."""
-    if not task.cancelled():
-        task.exception()
 
 
 class _Watches:
