@@ -62,6 +62,14 @@ def handle(job):
 '''
 
 
+@pytest.fixture
+def dsn(dsn: str) -> str:
+    """conftest's fresh store, made: commands that only look refuse a SQLite
+    file that does not exist."""
+    alkstore.open(dsn).close()
+    return dsn
+
+
 # Running the command
 
 
@@ -786,6 +794,18 @@ def test_the_default_store_is_refused_for_reading_until_written(tmp_path: Path) 
         ("ID", "STATE", "ATTEMPTS", "PRIORITY", "RUN AT", "WORKER", "ERROR", "PAYLOAD"),
     )
     assert (row["ID"], row["STATE"], row["PAYLOAD"]) == (job_id.strip(), "pending", '{"n": 1}')
+
+
+def test_a_mistyped_store_path_is_refused_for_reading_not_created(tmp_path: Path) -> None:
+    """Looking through a path that names no file must not create an empty store
+    there and report that nothing is in it (a metrics scrape would look healthy)."""
+    for dsn in ("typo.db", "sqlite:///typo.db"):
+        for arguments in (("queues",), ("jobs", "q"), ("metrics",), ("streams",)):
+            line = one_line_error(run(*arguments, "--dsn", dsn, cwd=tmp_path), arguments[0], 1)
+            assert f"no store at {dsn!r}" in line
+    assert not (tmp_path / "typo.db").exists()
+    ok("enqueue", "q", "1", "--dsn", "typo.db", cwd=tmp_path)  # a write creates it
+    assert "q" in ok("queues", "--dsn", "sqlite:///typo.db", cwd=tmp_path)
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(dsn: str) -> None:

@@ -126,6 +126,7 @@ def web(dsn: str, log: Path, *options: str) -> Iterator[str]:
 @pytest.fixture
 def server(dsn: str, tmp_path: Path) -> Iterator[str]:
     """``alkstore web --allow-actions`` on a free port; its base URL."""
+    alkstore.open(dsn).close()  # the command only looks: it refuses a file not there
     with web(dsn, tmp_path / "web.log", "--allow-actions") as base:
         yield base
 

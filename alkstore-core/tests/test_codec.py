@@ -132,3 +132,29 @@ def test_stored_bytes_decode_in_any_json_encoding(encoding: str) -> None:
 def test_stored_bytes_that_are_not_text_are_a_codec_error() -> None:
     with pytest.raises(alkstore.Codec, match="not valid JSON"):
         decode(b'"\xff"')  # not UTF-8
+
+
+def _nested_dicts(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+def _dict_holding_itself() -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    value["self"] = value
+    return value
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [_nested_dicts(600), _nested_dicts(5000), _dict_holding_itself(), [_dict_holding_itself()]],
+    ids=["dicts-600", "dicts-5000", "dict-holding-itself", "list-of-it"],
+)
+def test_a_payload_nested_too_deep_is_refused_with_codec_not_a_recursion_error(
+    payload: object,
+) -> None:
+    with pytest.raises(alkstore.Codec, match="nested more than 500 levels deep") as refused:
+        encode(payload)
+    assert len(str(refused.value)) < 200

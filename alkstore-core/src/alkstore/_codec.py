@@ -60,6 +60,9 @@ _one_shot = (
 )
 
 
+_TOO_DEEP = "payload is nested more than 500 levels deep (or refers to itself)"
+
+
 def _dumps(value: object) -> str:
     if _one_shot is None:
         return _encoder.encode(value)
@@ -73,7 +76,10 @@ def encode(payload: object) -> str:
         Codec: ``payload`` is not a JSON value; the message says where and why.
     """
     if not _is_json(payload, 0):
-        _check(payload, "payload")  # raises, saying where and why
+        try:
+            _check(payload, "payload")  # raises, saying where and why
+        except RecursionError:  # called from deep in the caller's own stack
+            raise Codec(_TOO_DEEP) from None
     try:
         text = _dumps(payload)
     except (ValueError, TypeError, RecursionError) as exc:
@@ -138,14 +144,14 @@ def _is_text(text: str) -> bool:
     return True
 
 
-def _check(value: object, where: str, depth: int = 0) -> None:
+def _check(value: object, where: str, depth: int = 0) -> None:  # noqa: PLR0912 - one frame a level
     """Reject what ``json`` would encode lossily or not at all.
 
     ``json`` turns non-str keys into strings and NaN into a non-standard token,
     and passes lone surrogates through; none of those would round-trip.
     """
     if depth > 500:
-        raise Codec(f"payload is nested more than 500 levels deep (or refers to itself) at {where}")
+        raise Codec(f"{_TOO_DEEP} at {where if len(where) <= 80 else where[:77] + '...'}")
     if isinstance(value, str):
         if not value.isascii():
             _check_text(value, where)
@@ -155,7 +161,15 @@ def _check(value: object, where: str, depth: int = 0) -> None:
     elif isinstance(value, _SCALARS):
         pass
     elif isinstance(value, dict):
-        _check_object(value, where, depth)
+        for key, item in value.items():  # here, not in a helper: one stack frame per level
+            if not isinstance(key, str):
+                raise Codec(
+                    f"{where} has a key of type {type(key).__name__} ({key!r}); "
+                    "JSON object keys must be str"
+                )
+            if not key.isascii():
+                _check_text(key, f"key of {where}")
+            _check(item, f"{where}[{key!r}]", depth + 1)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
             _check(item, f"{where}[{index}]", depth + 1)
@@ -164,18 +178,6 @@ def _check(value: object, where: str, depth: int = 0) -> None:
             f"{where} is a {type(value).__name__}, which is not a JSON value "
             "(use None, bool, int, float, str, list or dict with str keys)"
         )
-
-
-def _check_object(value: dict[object, object], where: str, depth: int) -> None:
-    for key, item in value.items():
-        if not isinstance(key, str):
-            raise Codec(
-                f"{where} has a key of type {type(key).__name__} ({key!r}); "
-                "JSON object keys must be str"
-            )
-        if not key.isascii():
-            _check_text(key, f"key of {where}")
-        _check(item, f"{where}[{key!r}]", depth + 1)
 
 
 def _check_text(text: str, where: str) -> None:

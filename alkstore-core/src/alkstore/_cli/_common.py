@@ -7,15 +7,18 @@ import contextlib
 import datetime
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from alkstore._codec import JSONValue
+from alkstore._discovery import engine_name_for
 from alkstore._discovery import open as open_target
 from alkstore._names import OUTBOX_QUEUE_PREFIX
 from alkstore._outbox import backing_queue
 from alkstore._queue import Queue
+from alkstore._short_repr import short_repr
 from alkstore._store import Store
 
 __all__ = [
@@ -30,12 +33,15 @@ __all__ = [
     "json_value",
     "opened_store",
     "queue_named",
+    "refuse_a_missing_file",
     "timestamp",
 ]
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOTHING = 0, 1, 2, 3
 
 DEFAULT_DSN = "./alkstore.db"
+
+_SQLITE_URL = re.compile(r"sqlite(?:\+[A-Za-z0-9_]+)?:///", re.IGNORECASE)
 
 
 class CommandError(Exception):
@@ -54,12 +60,38 @@ def opened_store(arguments: argparse.Namespace, *, creates: bool = False) -> Ite
     into being: looking at a store must not leave one behind.
     """
     dsn = arguments.dsn or os.environ.get("ALKSTORE_DSN") or DEFAULT_DSN
-    if dsn == DEFAULT_DSN and not creates and not Path(dsn).exists():
+    if not creates:
+        refuse_a_missing_file(dsn)
+    with open_target(dsn) as store:
+        yield store
+
+
+def refuse_a_missing_file(dsn: str) -> None:
+    """Refuse a SQLite target whose file does not exist, for a command that only
+    looks: it would create an empty store there (a mistyped path) and report
+    that nothing is in it."""
+    path = sqlite_file_of(dsn)
+    if path is None or path.exists():
+        return
+    if dsn == DEFAULT_DSN:
         raise CommandError(
             f"no store at {DEFAULT_DSN}; give --dsn, set ALKSTORE_DSN, or write something first"
         )
-    with open_target(dsn) as store:
-        yield store
+    raise CommandError(
+        f"no store at {short_repr(dsn)}: the file does not exist (a mistyped path?); "
+        "commands that write create it"
+    )
+
+
+def sqlite_file_of(dsn: str) -> Path | None:
+    """The file a SQLite target names (a path, or ``sqlite:///relative`` and
+    ``sqlite:////absolute``), None for any other engine's target."""
+    if engine_name_for(dsn) != "sqlite":
+        return None
+    scheme = _SQLITE_URL.match(dsn)
+    if scheme is None:
+        return None if "://" in dsn else Path(dsn)
+    return Path(dsn[scheme.end() :].split("?", 1)[0])
 
 
 def queue_named(store: Store, name: str) -> Queue:
@@ -75,6 +107,10 @@ def json_value(text: str) -> JSONValue:
         value: JSONValue = json.loads(text)
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"not valid JSON ({exc}): {text!r}") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError(
+            f"nested more than 500 levels deep: {short_repr(text)}"
+        ) from None
     return value
 
 

@@ -25,6 +25,7 @@ from alkstore._cli._common import (
     UsageError,
     command,
     opened_store,
+    refuse_a_missing_file,
 )
 from alkstore._cli._output import print_json
 from alkstore._discovery import open as open_target
@@ -208,8 +209,7 @@ class _Server(http.server.ThreadingHTTPServer):
 
 def _serve(arguments: argparse.Namespace, address: ListenAddress) -> int:
     dsn = arguments.dsn or os.environ.get("ALKSTORE_DSN") or DEFAULT_DSN
-    if dsn == DEFAULT_DSN and not os.path.exists(dsn):
-        raise CommandError(f"no store at {DEFAULT_DSN}; give --dsn or set ALKSTORE_DSN")
+    refuse_a_missing_file(dsn)
     source = MetricsSource(dsn, arguments.queue)
     # A DSN that cannot work fails now; an outage only warns, and scrapes
     # answer 503 until it ends.
