@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -279,3 +280,24 @@ def test_warnings_of_pools_alkstore_did_not_make_stay_warnings(
         r.levelno == logging.WARNING and r.getMessage().startswith("discarding closed connection")
         for r in caplog.records
     )
+
+
+def test_a_wait_with_a_timeout_waits_for_a_busy_pool_as_long_as_ever(
+    open_store: Any,
+) -> None:
+    """A timeout cuts the wait for a connection short only in an outage: a pool
+    whose every connection is lent, to transactions that end soon, is no outage."""
+    store = open_store(pool_max_size=1)
+    tx = store.begin_tx()
+    tx.publish_tx("other", 1)  # the pool's one connection is the transaction's
+    ending = threading.Timer(1.5, tx.rollback)
+    ending.start()
+    try:
+        started = time.monotonic()
+        assert store.queue("q").wait(0.1) is False
+        receiver = store.stream("s").subscribe("c")
+        assert receiver.recv(0.1) is None
+        receiver.close()
+    finally:
+        ending.join()
+    assert time.monotonic() - started >= 1.0

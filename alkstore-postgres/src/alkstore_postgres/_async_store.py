@@ -43,10 +43,9 @@ from alkstore_postgres._async_wakes import AsyncListener
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import (
     RECONNECT_GIVE_UP_S,
-    checkout_waits,
+    CheckoutClock,
     connect_kwargs,
     has_input,
-    no_connection,
 )
 from alkstore_postgres._eager import shielded
 from alkstore_postgres._errors import connect_errors, preparing_schema, translate
@@ -195,11 +194,11 @@ class PostgresAsyncStore(AsyncStore):
     async def _from_pool(self) -> psycopg.AsyncConnection:
         self._waiting_on_pool += 1
         try:
-            budget_s = wait_budget(self.settings.connect_timeout_s)
-            for wait_s in checkout_waits(budget_s):
+            clock = CheckoutClock(self.settings.connect_timeout_s, wait_budget, self.pool)
+            for wait_s in clock.waits():
                 with contextlib.suppress(psycopg_pool.PoolTimeout):
                     return await self.pool.getconn(timeout=wait_s)
-            raise no_connection(budget_s)
+            raise clock.gave_up()
         finally:
             self._waiting_on_pool -= 1
 

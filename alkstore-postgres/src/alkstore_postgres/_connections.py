@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import select
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg_pool
@@ -15,10 +15,9 @@ from alkstore_postgres._settings import Settings
 __all__ = [
     "CHECKOUT_SLICE_S",
     "RECONNECT_GIVE_UP_S",
-    "checkout_waits",
+    "CheckoutClock",
     "connect_kwargs",
     "has_input",
-    "no_connection",
 ]
 
 RECONNECT_GIVE_UP_S = 4.0
@@ -45,17 +44,51 @@ new attempt, so a call made during a short outage returns soon after it ends.
 """
 
 
-def checkout_waits(total_s: float) -> Iterator[float]:
-    """The timeouts of the successive pool waits of one checkout: together
-    ``total_s``, none longer than ``CHECKOUT_SLICE_S``."""
-    deadline = time.monotonic() + total_s
-    while (remaining := deadline - time.monotonic()) > 0:
-        yield min(remaining, CHECKOUT_SLICE_S)
+class CheckoutClock:
+    """The waits of one checkout for a pooled connection.
+
+    Together they last ``connect_timeout_s`` at most, none longer than
+    ``CHECKOUT_SLICE_S``. A caller with a timeout of its own (``queue.wait(1)``)
+    sets a shorter budget (``wait_budget``). Once it is spent the checkout
+    gives up if the pool failed to connect meanwhile (an outage: the caller
+    hears of it near its own timeout); a pool that is only busy, all its
+    connections lent, is waited for as long as ever.
+    """
+
+    def __init__(
+        self,
+        connect_timeout_s: float,
+        budget: Callable[[float], float],
+        pool: psycopg_pool.ConnectionPool | psycopg_pool.AsyncConnectionPool,
+    ) -> None:
+        self._pool = pool
+        self._failures_before = _connect_failures(pool)
+        self._started = time.monotonic()
+        self._deadline = self._started + connect_timeout_s
+        self._budget_ends = self._started + budget(connect_timeout_s)
+
+    def waits(self) -> Iterator[float]:
+        """The timeout of each pool wait in turn."""
+        while (remaining := self._deadline - time.monotonic()) > 0:
+            budget_left = self._budget_ends - time.monotonic()
+            if budget_left > 0:
+                yield min(remaining, CHECKOUT_SLICE_S, budget_left)
+            elif _connect_failures(self._pool) > self._failures_before:
+                return
+            else:
+                yield min(remaining, CHECKOUT_SLICE_S)
+
+    def gave_up(self) -> psycopg_pool.PoolTimeout:
+        """The error of a checkout that found no connection."""
+        waited_s = time.monotonic() - self._started
+        return psycopg_pool.PoolTimeout(f"couldn't get a connection after {waited_s:.2f} sec")
 
 
-def no_connection(total_s: float) -> psycopg_pool.PoolTimeout:
-    """The error of a checkout that found no connection in ``total_s``."""
-    return psycopg_pool.PoolTimeout(f"couldn't get a connection after {total_s:.2f} sec")
+def _connect_failures(
+    pool: psycopg_pool.ConnectionPool | psycopg_pool.AsyncConnectionPool,
+) -> int:
+    """How many of ``pool``'s attempts to connect have failed, ever."""
+    return pool.get_stats().get("connections_errors", 0)
 
 
 _DEAD_PEER_DETECTION = {

@@ -15,10 +15,9 @@ from alkstore.engine import Lock, Store, TxHandle, WakeReceiver, wait_budget
 from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import (
     RECONNECT_GIVE_UP_S,
-    checkout_waits,
+    CheckoutClock,
     connect_kwargs,
     has_input,
-    no_connection,
 )
 from alkstore_postgres._errors import connect_errors, preparing_schema, translate
 from alkstore_postgres._inspect import PostgresInspector
@@ -147,11 +146,11 @@ class PostgresStore(Store):
 
     def _from_pool(self) -> psycopg.Connection:
         """A connection from the pool, asking again every ``CHECKOUT_SLICE_S``."""
-        budget_s = wait_budget(self.settings.connect_timeout_s)
-        for wait_s in checkout_waits(budget_s):
+        clock = CheckoutClock(self.settings.connect_timeout_s, wait_budget, self.pool)
+        for wait_s in clock.waits():
             with contextlib.suppress(psycopg_pool.PoolTimeout):
                 return self.pool.getconn(timeout=wait_s)
-        raise no_connection(budget_s)
+        raise clock.gave_up()
 
     def run(self, plan: Plan[T]) -> T:
         """Run ``plan`` (see ``_plan``) on a pooled connection, in one transaction
