@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -292,3 +293,54 @@ def test_a_catch_up_longer_than_the_lease_keeps_the_lead_as_it_fires(dsn: str) -
         assert raised == []
         assert _jobs_in(store, "ticks") == 64 * schedules
         assert took > lease_s, "the catch-up should outlast the lease, or this proves nothing"
+
+
+def _firing_counted(store: alkstore.Store, on_fire: Callable[[int], None]) -> None:
+    """Call ``on_fire(n)`` after the store's ``n``-th fired boundary (the engine hook)."""
+    fire = store._fire_boundary
+    fired = 0
+
+    def counted(*arguments: Any) -> object:
+        nonlocal fired
+        outcome = fire(*arguments)
+        fired += 1
+        on_fire(fired)
+        return outcome
+
+    setattr(store, "_fire_boundary", counted)  # noqa: B010 - a method, replaced on one instance
+
+
+def test_a_schedule_replaced_during_a_catch_up_fires_its_new_contents_from_then_on(
+    dsn: str,
+) -> None:
+    """The same spec keeps the schedule's next boundary: the rest of the catch-up
+    must not fire the queue and payload read before the replace committed."""
+    with alkstore.open(dsn) as leader, alkstore.open(dsn) as admin:
+        admin.schedule("report", "@every 1m", "old", {"v": 1})
+        _move_schedules_back(dsn, 20 * 60)  # 20 boundaries owed, as after downtime
+        stop = threading.Event()
+
+        def replace_after_the_third(fired: int) -> None:
+            if fired == 3:
+                admin.schedule("report", "@every 1m", "new", {"v": 2})
+            if fired == 20:
+                stop.set()
+
+        _firing_counted(leader, replace_after_the_third)
+        threading.Timer(20, stop.set).start()
+        leader.run_schedules(stop)
+        old, new = _jobs_in(admin, "old"), _jobs_in(admin, "new")
+        assert old + new == 20
+        assert old <= 4, f"{old} fired from the schedule read before the replace"
+
+
+def test_stopping_a_runner_in_a_long_catch_up_returns_before_it_ends(dsn: str) -> None:
+    with alkstore.open(dsn) as store:
+        for n in range(20):
+            store.schedule(f"tick-{n}", "@every 1m", "ticks", n)
+        _move_schedules_back(dsn, 64 * 60)  # 1,280 boundaries owed in all
+        stop = threading.Event()
+        _firing_counted(store, lambda fired: stop.set() if fired == 5 else None)
+        threading.Timer(30, stop.set).start()
+        store.run_schedules(stop)
+        assert _jobs_in(store, "ticks") == 5

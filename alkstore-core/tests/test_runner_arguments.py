@@ -37,7 +37,7 @@ def test_a_consumer_wants_a_stream_or_its_name(store: alkstore.Store) -> None:
         Consumer(store, None, "reader", ignore)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("stop", [None, "stop", True, threading.Lock()])
+@pytest.mark.parametrize("stop", [None, "stop", True, threading.Lock(), asyncio.Event()])
 def test_sync_runs_want_an_event(store: alkstore.Store, stop: object) -> None:
     match = r"stop must be a threading\.Event"
     with pytest.raises(TypeError, match=match):

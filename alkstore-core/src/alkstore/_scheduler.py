@@ -167,7 +167,7 @@ def _lead(store: Store, stop: StopSignal, lock: Lock, changes: _Changes, outage:
                 renew_at = time.monotonic() + renew_every
             action = "firing due schedules"
             changes.open()  # before reading the schedules: a change after it wakes us
-            next_fire_at = _fire_due(store, lock, unplannable)
+            next_fire_at = _fire_due(store, lock, unplannable, stop)
         except Database as exc:
             # Whether we still lead is unknown: fire nothing until try_lead says so.
             stop.wait(outage.failed(action, exc))
@@ -198,18 +198,61 @@ _UNPLANNABLE_RETRY_S = 1.0
 
 
 def _fire_due(
-    store: Store, lock: Lock, unplannable: set[tuple[str, str | None, str | None]]
+    store: Store,
+    lock: Lock,
+    unplannable: set[tuple[str, str | None, str | None]],
+    stop: StopSignal,
 ) -> float | None:
-    """Fire every elapsed boundary; return when (this host's clock) the next is due.
+    """Fire every elapsed boundary, until ``stop``; return when (this host's
+    clock) the next is due.
 
-    A schedule this host cannot plan (its zone unknown here) is logged once
+    Fires in rounds: each reads the due schedules again and fires the next
+    boundary each one is owed. The boundaries owed (at most ``MAX_CATCH_UP``)
+    are planned once per catch-up, but each fires the schedule's contents as
+    the round read them: a schedule replaced meanwhile with the same timing
+    (another queue or payload) fires its new contents from the next round
+    on, not the rest of the catch-up from the row read before. Every
+    schedule gets its turn, and ``stop`` is looked at between fires. A
+    schedule this host cannot plan (its zone unknown here) is logged once
     and left due; the others fire as ever.
     """
-    due = store._due_schedules()
+    plans: dict[str, _Owed] = {}
     stuck = False
+    while not stop.is_set():
+        fired, stuck = _fire_round(store, lock, plans, unplannable, stop)
+        if not fired:
+            break
+    until_next = store._until_next_fire()
+    if stuck:  # the stuck one is the earliest: look again soon, never in a loop
+        until_next = max(_UNPLANNABLE_RETRY_S, until_next or 0.0)
+    return None if until_next is None else time.time() + until_next
+
+
+@dataclass(frozen=True)
+class _Owed:
+    """What a schedule is still owed in a catch-up, and the timing it was planned for."""
+
+    timing: tuple[str | None, float, str | None]
+    """The schedule's spec, interval and zone: a change of any of them plans anew."""
+    plan: FirePlan
+
+
+def _fire_round(
+    store: Store,
+    lock: Lock,
+    plans: dict[str, _Owed],
+    unplannable: set[tuple[str, str | None, str | None]],
+    stop: StopSignal,
+) -> tuple[bool, bool]:
+    """Fire the next owed boundary of each due schedule; return whether any
+    fired and whether a due schedule could not be planned."""
+    fired_any = stuck = False
+    due = store._due_schedules()
     for schedule in due.schedules:
+        if stop.is_set():
+            break
         try:
-            plan = plan_for(schedule, due.now)
+            plan = _owed(schedule, due.now, plans.get(schedule.name))
         except InvalidSpec as exc:
             stuck = True
             key = (schedule.name, schedule.spec, schedule.tz)
@@ -217,25 +260,45 @@ def _fire_due(
                 unplannable.add(key)
                 log.error("schedule %r cannot fire on this host: %s", schedule.name, exc)
             continue
-        if plan.skipped:
-            log.warning(
-                "schedule %r: %s%d missed boundaries skipped (at most %d are caught up)",
-                schedule.name, "more than " if plan.skipped_at_least else "", plan.skipped,
-                MAX_CATCH_UP,
-            )  # fmt: skip
+        if not plan.fire_at:
+            continue
         queue_opts = store._declared_queue_opts(schedule.queue)
         stamp = store._stamp(queue_opts, schedule.opts.as_enqueue_opts())
-        advances = [*plan.fire_at[1:], plan.next_fire_at]
-        for boundary, advance_to in zip(plan.fire_at, advances, strict=True):
-            fired = store._fire_boundary(lock, schedule, boundary, advance_to, stamp)
-            if fired is Fired.NOT_LEADER:
-                raise LeadershipLost(f"{lock.owner!r} no longer holds {SCHEDULER_LOCK!r}")
-            if fired is Fired.SCHEDULE_CHANGED:
-                break  # re-read next round
-    until_next = store._until_next_fire()
-    if stuck:  # the stuck one is the earliest: look again soon, never in a loop
-        until_next = max(_UNPLANNABLE_RETRY_S, until_next or 0.0)
-    return None if until_next is None else time.time() + until_next
+        rest = FirePlan(plan.fire_at[1:], plan.next_fire_at, skipped=0)
+        advance_to = rest.fire_at[0] if rest.fire_at else rest.next_fire_at
+        fired = store._fire_boundary(lock, schedule, plan.fire_at[0], advance_to, stamp)
+        if fired is Fired.NOT_LEADER:
+            raise LeadershipLost(f"{lock.owner!r} no longer holds {SCHEDULER_LOCK!r}")
+        if fired is Fired.FIRED and rest.fire_at:
+            plans[schedule.name] = _Owed(_timing(schedule), rest)
+        else:  # done, or changed meanwhile: the next round plans it anew
+            plans.pop(schedule.name, None)
+        fired_any = fired_any or fired is Fired.FIRED
+    return fired_any, stuck
+
+
+def _owed(schedule: DueSchedule, now: float, owed: _Owed | None) -> FirePlan:
+    """The boundaries ``schedule`` is owed: what is left of its catch-up while
+    it still stands where that left it, with the same timing; else planned
+    now (logging what the catch-up cap skips)."""
+    if (
+        owed is not None
+        and owed.timing == _timing(schedule)
+        and owed.plan.fire_at[0] == schedule.next_fire_at
+    ):
+        return owed.plan
+    plan = plan_for(schedule, now)
+    if plan.skipped:
+        log.warning(
+            "schedule %r: %s%d missed boundaries skipped (at most %d are caught up)",
+            schedule.name, "more than " if plan.skipped_at_least else "", plan.skipped,
+            MAX_CATCH_UP,
+        )  # fmt: skip
+    return plan
+
+
+def _timing(schedule: DueSchedule) -> tuple[str | None, float, str | None]:
+    return schedule.spec, schedule.interval_s, schedule.tz
 
 
 _STOP_CHECK_S = 0.25

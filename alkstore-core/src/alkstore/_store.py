@@ -69,16 +69,21 @@ def check_store(store: object) -> None:
         )
 
 
-def check_stop_signal(stop: object, kind: str = "a threading.Event") -> None:
-    """Refuse, up front, a ``stop`` argument that cannot say it is set.
+def check_stop_signal(stop: object) -> None:
+    """Refuse, up front, a ``stop`` argument of a blocking runner that cannot
+    say it is set, or whose ``wait()`` must be awaited (an ``asyncio.Event``:
+    it would pass until the runner first waited on it).
 
     Raises:
-        TypeError: ``stop`` has no ``is_set()`` and ``wait()`` (``kind`` names
-            what fits: ``threading.Event`` for sync runners, ``asyncio.Event``
-            for async ones).
+        TypeError: ``stop`` has no ``is_set()`` and ``wait()``, or its
+            ``wait()`` is a coroutine function.
     """
-    if not (callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))):
-        raise TypeError(f"stop must be {kind} (is_set() and wait()), not {type(stop).__name__}")
+    _check_event(stop, "a threading.Event")
+    if inspect.iscoroutinefunction(getattr(stop, "wait", None)):
+        raise TypeError(
+            f"stop must be a threading.Event, not {type(stop).__name__}: its wait() must be "
+            "awaited, and this call blocks; in asyncio code use the run_async twin"
+        )
 
 
 def check_async_stop_signal(stop: object) -> None:
@@ -89,12 +94,17 @@ def check_async_stop_signal(stop: object) -> None:
         TypeError: ``stop`` has no ``is_set()``, or its ``wait()`` is not a
             coroutine function.
     """
-    check_stop_signal(stop, "an asyncio.Event")
+    _check_event(stop, "an asyncio.Event")
     if not inspect.iscoroutinefunction(getattr(stop, "wait", None)):
         raise TypeError(
             f"stop must be an asyncio.Event, not {type(stop).__name__}: its wait() "
             "would block the event loop"
         )
+
+
+def _check_event(stop: object, kind: str) -> None:
+    if not (callable(getattr(stop, "is_set", None)) and callable(getattr(stop, "wait", None))):
+        raise TypeError(f"stop must be {kind} (is_set() and wait()), not {type(stop).__name__}")
 
 
 class Store(StoreBasics, abc.ABC):
