@@ -362,3 +362,38 @@ def test_engines_lists_the_contract_each_engine_was_written_for(with_engines: Pa
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "1.0"
+
+
+MISBEHAVING = TESTS / "distributions" / "misbehaving-engines"
+
+
+@pytest.fixture(scope="module")
+def with_misbehaving(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    site = tmp_path_factory.mktemp("misbehaving")
+    pip_install(site, CORE, DUMMY, MISBEHAVING)
+    return site
+
+
+def test_an_engine_that_raises_at_start_or_exits_on_import_hides_no_other(
+    with_misbehaving: Path,
+) -> None:
+    result = run_python(
+        with_misbehaving,
+        """
+        import alkstore
+        print(sorted(alkstore.engines()))
+        for target in ("raisesatstart://x", "exitsonimport://x"):
+            try:
+                alkstore.open(target)
+            except alkstore.EngineNotFound as exc:
+                print(type(exc.__cause__).__name__, exc)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    listed, started, imported = result.stdout.splitlines()
+    assert listed == "['dummy']"
+    assert started.startswith("ValueError the alkstore engine 'raisesatstart'")
+    assert "failed to start: ValueError('init explodes')" in started
+    assert imported.startswith("SystemExit the alkstore engine 'exitsonimport'")
+    assert "failed to import: SystemExit(3)" in imported
+    assert result.stderr.count("skipping a broken alkstore engine") == 2

@@ -124,9 +124,9 @@ class _Registry:
         where = f"{entry_point.value} from {_distribution_of(entry_point)}"
         try:
             engine_class = entry_point.load()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:  # an engine's import must not end the program
             raise EngineNotFound(
-                f"the alkstore engine {name!r} ({where}) is installed but failed to import: {exc}"
+                f"the alkstore engine {name!r} ({where}) is installed but failed to import: {exc!r}"
             ) from exc
         if not (isinstance(engine_class, type) and issubclass(engine_class, Engine)):
             raise EngineNotFound(
@@ -134,7 +134,12 @@ class _Registry:
             )
         declared = getattr(engine_class, "contract_version", None)
         check_contract_version(declared, name, _distribution_of(entry_point))
-        return engine_class()
+        try:
+            return engine_class()
+        except Exception as exc:
+            raise EngineNotFound(
+                f"the alkstore engine {name!r} ({where}) failed to start: {exc!r}"
+            ) from exc
 
     def clear(self) -> None:
         with self._lock:
