@@ -19,7 +19,9 @@ import re
 import select
 import shutil
 import signal
+import socket
 import sqlite3
+import struct
 import subprocess
 import sys
 import threading
@@ -808,6 +810,25 @@ def test_a_mistyped_store_path_is_refused_for_reading_not_created(tmp_path: Path
     assert "q" in ok("queues", "--dsn", "sqlite:///typo.db", cwd=tmp_path)
 
 
+def test_ctrl_c_while_a_command_waits_on_the_database_is_one_line_and_exit_130(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.db"
+    alkstore.open(path).close()
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
+        holder.execute("BEGIN EXCLUSIVE")  # the enqueue waits out its busy timeout
+        waiting = subprocess.Popen(
+            [*ALKSTORE, "--dsn", str(path), "enqueue", "q", "1"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment(),
+        )  # fmt: skip
+        time.sleep(1.5)
+        waiting.send_signal(signal.SIGINT)
+        _, stderr = waiting.communicate(timeout=30)
+        holder.execute("ROLLBACK")
+    result = subprocess.CompletedProcess(waiting.args, waiting.returncode, "", stderr)
+    assert one_line_error(result, "enqueue", 130) == "alkstore enqueue: interrupted"
+
+
 def test_a_reader_that_goes_away_ends_the_command_quietly(dsn: str) -> None:
     ok("enqueue", "q", "1", "--dsn", dsn)
     reader, writer = os.pipe()
@@ -1304,6 +1325,19 @@ def stop_server(process: subprocess.Popen[bytes]) -> str:
     _, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
     return err.decode()
+
+
+def test_a_scraper_that_resets_its_connection_leaves_no_traceback(dsn: str) -> None:
+    with serving(dsn) as (process, port, said):
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", port)) as scraper:
+                scraper.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                scraper.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        time.sleep(1.0)  # the server writes its answers to the reset connections
+        assert get(port)[0] == 200
+        err = said + stop_server(process)
+    assert "Traceback" not in err, err
+    assert err.count("\n") == 1, err
 
 
 def test_metrics_serve_reads_the_store_afresh_for_each_scrape(dsn: str) -> None:

@@ -16,12 +16,16 @@ import asyncio
 import contextlib
 import logging
 import queue
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -368,3 +372,49 @@ async def _seconds_to_fail_async(call: Awaitable[object]) -> float:
     with pytest.raises(alkstore.Database, match="couldn't get a connection"):
         await call
     return time.monotonic() - started
+
+
+def test_a_dashboard_page_and_a_scrape_answer_soon_during_an_outage() -> None:
+    """Both read a store whose connect timeout is 30 s here: during an outage
+    each must answer 503 near its own short wait, not after 30 s."""
+    from alkstore.web import alkstore_web_app
+
+    with warnings.catch_warnings():  # Python 3.10's Starlette prefers httpx2, which it lacks
+        warnings.filterwarnings("ignore", message="Using `httpx` with `starlette.testclient`")
+        from starlette.testclient import TestClient
+
+    with throwaway_cluster() as server:
+        dsn = f"postgresql://postgres@127.0.0.1:{server.port}/postgres?connect_timeout_s=30"
+        with alkstore.open(dsn) as store, TestClient(alkstore_web_app(store)) as client:
+            assert client.get("/").status_code == 200
+            with _server_stopped(server):
+                started = time.monotonic()
+                page = client.get("/")
+                took = time.monotonic() - started
+        assert (page.status_code, took < 6) == (503, True), took
+        scrape = subprocess.Popen(
+            [sys.executable, "-m", "alkstore._cli", "metrics", "--serve", "127.0.0.1:0",
+             "--dsn", dsn], stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert scrape.stderr is not None
+            said = scrape.stderr.readline()
+            found = re.search(r"on http://127\.0\.0\.1:(\d+)/metrics", said)
+            assert found, said
+            port = int(found.group(1))
+            with _server_stopped(server):
+                started = time.monotonic()
+                status = _status_of(f"http://127.0.0.1:{port}/metrics")
+                took = time.monotonic() - started
+        finally:
+            scrape.terminate()
+            scrape.communicate(timeout=30)
+        assert (status, took < 6) == (503, True), took
+
+
+def _status_of(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as refused:
+        return refused.code

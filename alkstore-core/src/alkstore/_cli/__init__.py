@@ -24,6 +24,9 @@ from alkstore._visible import visible
 
 __all__ = ["main"]
 
+EXIT_INTERRUPTED = 130
+"""Ctrl-C ended the command: the shells' code for death by SIGINT (128 + 2)."""
+
 _EPILOG = f"""\
 The store is --dsn, else $ALKSTORE_DSN, else {DEFAULT_DSN} (SQLite).
 Exit codes: 0 done; {EXIT_ERROR} error (one line on stderr; --debug for the
@@ -48,6 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (`alkstore jobs q | head`): stop quietly.
         _discard_stdout()
         return EXIT_ERROR
+    except KeyboardInterrupt:
+        # Ctrl-C where no command waits for it (a connect, a lock wait): no traceback.
+        if arguments.debug:
+            raise
+        print(f"alkstore {arguments.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except UsageError as exc:
         if arguments.debug:
             raise

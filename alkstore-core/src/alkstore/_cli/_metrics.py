@@ -18,6 +18,7 @@ import sys
 import threading
 from typing import Any, NamedTuple
 
+from alkstore._call_deadline import deadline_in
 from alkstore._cli._common import (
     DEFAULT_DSN,
     EXIT_OK,
@@ -38,6 +39,11 @@ from alkstore._store import Store
 __all__ = ["ListenAddress", "MetricsSource", "listen_address", "register"]
 
 log = logging.getLogger("alkstore.cli")
+
+SCRAPE_OUTAGE_WAIT_S = 2.0
+"""How long a scrape waits for a connection the engine cannot make (an outage)
+before it answers 503, rather than the engine's whole connect timeout: well
+inside a scraper's own timeout (Prometheus: 10 s)."""
 
 
 def register(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -120,7 +126,8 @@ class MetricsSource:
                 never shows a password).
         """
         try:
-            text = read_metrics(self._opened(), queues=self._queues).text()
+            with deadline_in(SCRAPE_OUTAGE_WAIT_S):
+                text = read_metrics(self._opened(), queues=self._queues).text()
         except Error as exc:
             if not self._failing:
                 self._failing = True
@@ -200,6 +207,14 @@ def _handler(source: MetricsSource) -> type[http.server.BaseHTTPRequestHandler]:
 
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
+
+    def handle_error(self, request: object, client_address: Any) -> None:
+        """A scraper that went away mid-request is no error; anything else is one
+        line on stderr, not the standard library's traceback per request."""
+        error = sys.exc_info()[1]
+        if error is None or isinstance(error, ConnectionError):  # reset, broken pipe, aborted
+            return
+        log.warning("metrics: a request from %s failed: %s", client_address[0], one_line(error))
 
     def __init__(self, address: ListenAddress, handler: type[http.server.BaseHTTPRequestHandler]):
         family = socket.AF_INET6 if ":" in address.host else socket.AF_INET

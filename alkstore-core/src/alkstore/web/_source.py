@@ -24,10 +24,16 @@ from alkstore import (
     StreamStats,
     WakeReceiver,
 )
+from alkstore._call_deadline import deadline_in
 from alkstore._discovery import redact
 from alkstore._names import OUTBOX_QUEUE_PREFIX
 
-__all__ = ["Source"]
+__all__ = ["OUTAGE_WAIT_S", "Source"]
+
+OUTAGE_WAIT_S = 2.0
+"""How long a page's read waits for a connection the engine cannot make (an
+outage) before the page shows the failure, rather than the engine's whole
+connect timeout; a store that is only busy is waited for as ever."""
 
 
 class Source:
@@ -43,9 +49,10 @@ class Source:
 
     async def _do(self, action: Callable[[Any], Any]) -> Any:
         if isinstance(self._store, AsyncStore):
-            result = action(self._store)
-            return await result if inspect.isawaitable(result) else result
-        return await run_in_threadpool(action, self._store)
+            with deadline_in(OUTAGE_WAIT_S):
+                result = action(self._store)
+                return await result if inspect.isawaitable(result) else result
+        return await run_in_threadpool(_within_outage_wait, action, self._store)
 
     async def queues(self) -> list[QueueStats]:
         return cast("list[QueueStats]", await self._do(lambda s: s.inspect().queues()))
@@ -94,3 +101,8 @@ def _queue(store: Any, name: str) -> Any:
     if name.startswith(OUTBOX_QUEUE_PREFIX):
         return store.outbox(name[len(OUTBOX_QUEUE_PREFIX) :])._queue
     return store.queue(name)
+
+
+def _within_outage_wait(action: Callable[[Any], Any], store: Store) -> Any:
+    with deadline_in(OUTAGE_WAIT_S):
+        return action(store)
