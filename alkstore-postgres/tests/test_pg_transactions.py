@@ -179,6 +179,28 @@ def test_a_savepoint_rolled_back_under_held_publishes_leaves_no_gap(store: Postg
     assert [(e.offset, e.payload) for e in read] == [(1, "kept"), (2, "after"), (3, "after too")]
 
 
+def test_a_savepoint_rolled_back_on_the_taken_connection_undoes_what_it_covers(
+    store: PostgresStore,
+) -> None:
+    """Statements run on ``tx.connection`` itself pass the handle by: once it is
+    taken, publishes and enqueues must reach the server as they are made, or a
+    savepoint rolled back there would not undo them."""
+    with store.transaction() as tx:
+        assert tx.publish_tx("s", "kept") == 1
+        connection = tx.connection
+        connection.execute("SAVEPOINT before")
+        assert tx.publish_tx("s", "undone") == 2
+        tx.enqueue_tx("q", None, "undone")
+        events = f"{store.settings.schema}.events"
+        assert connection.execute(f"SELECT count(*) FROM {events}").fetchone() == (2,)
+        connection.execute("ROLLBACK TO SAVEPOINT before")
+        assert tx.publish_tx("s", "after") == 2
+        tx.enqueue_tx("q", None, "after")
+    read = store.stream("s").read_since(0, 100)
+    assert [(e.offset, e.payload) for e in read] == [(1, "kept"), (2, "after")]
+    assert [job.payload for job in store.queue("q").claim_batch("w", 10)] == ["after"]
+
+
 def test_a_rolled_back_transaction_leaves_its_held_publishes_unwritten(
     store: PostgresStore,
 ) -> None:

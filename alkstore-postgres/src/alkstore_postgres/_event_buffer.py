@@ -9,9 +9,11 @@ statement per stream (the rows as binary column arrays, the head moved to
 the last offset), pipelined before anything else runs on the connection and
 always before commit. Their wake was sent with the first publish.
 
-What the caller runs through ``tx.execute`` or ``tx.connection`` (a
-``ROLLBACK TO SAVEPOINT`` could undo a head move) makes the transaction
-forget the heads it knew: its next publish to each stream reads it again.
+What the caller runs through ``tx.execute`` (a ``ROLLBACK TO SAVEPOINT``
+could undo a head move) makes the transaction forget the heads it knew: its
+next publish to each stream reads it again. Once the caller has taken
+``tx.connection`` nothing is held any more (``TxPlans.flush``): it may run
+statements there that the transaction never sees.
 """
 
 from __future__ import annotations

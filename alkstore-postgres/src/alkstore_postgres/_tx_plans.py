@@ -105,11 +105,18 @@ class TxPlans:
                 result = (yield Pipeline((*pending, *step.statements)))[len(pending) :]
 
     def flush(self) -> Plan[None]:
-        """Send BEGIN and everything held: the caller takes the connection over."""
+        """Send BEGIN and everything held: the caller takes the connection over.
+
+        From then on nothing is held back: the caller may run any statement on
+        the connection at any time, unseen (``ROLLBACK TO SAVEPOINT`` after a
+        publish), so each enqueue and publish goes out as it is made, and each
+        publish reads its stream's head again.
+        """
         yield Operation("begin a transaction")
         if self.pending:
             yield Pipeline(tuple(self._take_pending()))
         self._forget_heads()
+        self._jobs = self._events = None
 
     def _forget_heads(self) -> None:
         """The caller's own statements may undo a head move (a savepoint): read heads again."""
