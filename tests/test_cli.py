@@ -981,6 +981,30 @@ def test_bad_operator_commands_are_one_line_and_exit_2(
     assert len(result.stderr.splitlines()) == 1, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        (("tail", "orders", "--timeout", "-1"), "finite number of seconds, 0 or more"),
+        (("tail", "orders", "--timeout", "nan"), "finite number of seconds, 0 or more"),
+        (("tail", "orders", "--count", "0"), "must be 1 or more, not 0"),
+        (("tail", "orders", "--from", "-5"), "offset must be in"),
+        (("listen", "c", "--count", "-1"), "must be 1 or more, not -1"),
+        (("listen", "c", "--timeout", "inf"), "finite number of seconds, 0 or more"),
+        (("run-schedules", "--owner", ""), "owner must not be empty"),
+    ],
+)  # fmt: skip
+def test_bad_long_running_commands_are_one_line_and_exit_2_before_they_start(
+    dsn: str, arguments: tuple[str, ...], says: str
+) -> None:
+    """Refused before the banner that says the command is running, never run
+    for no time or a negative count."""
+    result = run(*arguments, "--dsn", dsn)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert says in result.stderr
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
 def test_purge_dead_deletes_dead_jobs_all_or_the_old_ones(dsn: str) -> None:
     old = _dead_jobs(dsn, "q", 2)
     time.sleep(1.0)

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -111,6 +112,30 @@ def json_value(text: str) -> JSONValue:
         raise argparse.ArgumentTypeError(
             f"nested more than 500 levels deep: {short_repr(text)}"
         ) from None
+    return value
+
+
+def at_least_one(text: str) -> int:
+    """argparse type: a whole number of 1 or more (``--count``)."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {number}")
+    return number
+
+
+def seconds(text: str) -> float:
+    """argparse type: a finite number of seconds, 0 or more (``--timeout``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds, 0 or more, not {text!r}"
+        )
     return value
 
 

@@ -24,16 +24,19 @@ from alkstore._cli._common import (
     EXIT_NOTHING,
     EXIT_OK,
     UsageError,
+    at_least_one,
     command,
     opened_store,
     queue_named,
+    seconds,
 )
 from alkstore._cli._output import Progress, RecentRate, clip
 from alkstore._errors import Database, LeadershipLost
+from alkstore._names import check_identifier
 from alkstore._outage import Outage
 from alkstore._signals import stop_on_signals
 from alkstore._store import StopSignal, default_owner
-from alkstore._stream import EventReceiver, Stream, follow
+from alkstore._stream import EventReceiver, Stream, check_offset, follow
 from alkstore._values import StreamEvent
 from alkstore._visible import json_escaped, visible
 from alkstore._worker import Worker
@@ -74,8 +77,8 @@ def register(commands: Any, common: argparse.ArgumentParser) -> None:
 
 
 def _add_until_options(parser: argparse.ArgumentParser, things: str) -> None:
-    parser.add_argument("--count", type=int, help=f"stop after this many {things}")
-    parser.add_argument("--timeout", type=float, help="stop after this many seconds")
+    parser.add_argument("--count", type=at_least_one, help=f"stop after this many {things}")
+    parser.add_argument("--timeout", type=seconds, help="stop after this many seconds")
 
 
 def _worker(arguments: argparse.Namespace) -> int:
@@ -140,7 +143,7 @@ def _tail(arguments: argparse.Namespace) -> int:
     with opened_store(arguments) as store, stop_on_signals() as stop:
         stream = store.stream(arguments.stream)
         if arguments.from_offset is not None:
-            start = arguments.from_offset
+            start = check_offset(arguments.from_offset)
         elif arguments.consumer is not None:
             start = stream.get_offset(arguments.consumer)
         else:
@@ -241,7 +244,8 @@ def _until(arguments: argparse.Namespace, stopped: Callable[[], bool]) -> Iterat
 
 def _run_schedules(arguments: argparse.Namespace) -> int:
     # One owner for the whole run, so that leadership re-taken is this runner's.
-    owner = default_owner() if arguments.owner is None else arguments.owner
+    given = arguments.owner
+    owner = default_owner() if given is None else check_identifier(given, "owner")
     with opened_store(arguments) as store, stop_on_signals() as stop:
         _say("running schedules (Ctrl-C to stop)")
         while not stop.is_set():
