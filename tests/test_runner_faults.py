@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -295,19 +294,28 @@ def test_a_catch_up_longer_than_the_lease_keeps_the_lead_as_it_fires(dsn: str) -
         assert took > lease_s, "the catch-up should outlast the lease, or this proves nothing"
 
 
-def _firing_counted(store: alkstore.Store, on_fire: Callable[[int], None]) -> None:
-    """Call ``on_fire(n)`` after the store's ``n``-th fired boundary (the engine hook)."""
-    fire = store._fire_boundary
+@contextlib.contextmanager
+def _firing_counted(on_fire: Callable[[int], None]) -> Iterator[None]:
+    """Call ``on_fire(n)`` in the leader's thread once its ``n``-th boundary fired
+    (its DEBUG record, logged after the fire committed)."""
     fired = 0
 
-    def counted(*arguments: Any) -> object:
-        nonlocal fired
-        outcome = fire(*arguments)
-        fired += 1
-        on_fire(fired)
-        return outcome
+    class Counter(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            nonlocal fired
+            if "fired its boundary" in record.getMessage():
+                fired += 1
+                on_fire(fired)
 
-    setattr(store, "_fire_boundary", counted)  # noqa: B010 - a method, replaced on one instance
+    scheduler_log = logging.getLogger("alkstore.scheduler")
+    counter, level = Counter(), scheduler_log.level
+    scheduler_log.addHandler(counter)
+    scheduler_log.setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        scheduler_log.removeHandler(counter)
+        scheduler_log.setLevel(level)
 
 
 def test_a_schedule_replaced_during_a_catch_up_fires_its_new_contents_from_then_on(
@@ -326,9 +334,9 @@ def test_a_schedule_replaced_during_a_catch_up_fires_its_new_contents_from_then_
             if fired == 20:
                 stop.set()
 
-        _firing_counted(leader, replace_after_the_third)
         threading.Timer(20, stop.set).start()
-        leader.run_schedules(stop)
+        with _firing_counted(replace_after_the_third):
+            leader.run_schedules(stop)
         old, new = _jobs_in(admin, "old"), _jobs_in(admin, "new")
         assert old + new == 20
         assert old <= 4, f"{old} fired from the schedule read before the replace"
@@ -340,7 +348,7 @@ def test_stopping_a_runner_in_a_long_catch_up_returns_before_it_ends(dsn: str) -
             store.schedule(f"tick-{n}", "@every 1m", "ticks", n)
         _move_schedules_back(dsn, 64 * 60)  # 1,280 boundaries owed in all
         stop = threading.Event()
-        _firing_counted(store, lambda fired: stop.set() if fired == 5 else None)
         threading.Timer(30, stop.set).start()
-        store.run_schedules(stop)
+        with _firing_counted(lambda fired: stop.set() if fired == 5 else None):
+            store.run_schedules(stop)
         assert _jobs_in(store, "ticks") == 5

@@ -269,6 +269,11 @@ def _fire_round(
         fired = store._fire_boundary(lock, schedule, plan.fire_at[0], advance_to, stamp)
         if fired is Fired.NOT_LEADER:
             raise LeadershipLost(f"{lock.owner!r} no longer holds {SCHEDULER_LOCK!r}")
+        if fired is Fired.FIRED:
+            log.debug(
+                "schedule %r fired its boundary at %s into %r",
+                schedule.name, plan.fire_at[0], schedule.queue,
+            )  # fmt: skip
         if fired is Fired.FIRED and rest.fire_at:
             plans[schedule.name] = _Owed(_timing(schedule), rest)
         else:  # done, or changed meanwhile: the next round plans it anew
