@@ -21,6 +21,7 @@ a commit whose outcome the failure left unknown is never fired twice.
 
 from __future__ import annotations
 
+import datetime
 import enum
 import logging
 import time
@@ -269,10 +270,10 @@ def _fire_round(
         fired = store._fire_boundary(lock, schedule, plan.fire_at[0], advance_to, stamp)
         if fired is Fired.NOT_LEADER:
             raise LeadershipLost(f"{lock.owner!r} no longer holds {SCHEDULER_LOCK!r}")
-        if fired is Fired.FIRED:
+        if fired is Fired.FIRED and log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "schedule %r fired its boundary at %s into %r",
-                schedule.name, plan.fire_at[0], schedule.queue,
+                schedule.name, _utc(plan.fire_at[0]), schedule.queue,
             )  # fmt: skip
         if fired is Fired.FIRED and rest.fire_at:
             plans[schedule.name] = _Owed(_timing(schedule), rest)
@@ -280,6 +281,13 @@ def _fire_round(
             plans.pop(schedule.name, None)
         fired_any = fired_any or fired is Fired.FIRED
     return fired_any, stuck
+
+
+def _utc(moment: float) -> str:
+    """``moment`` (Unix seconds) as an ISO 8601 UTC time, for a log record."""
+    return datetime.datetime.fromtimestamp(moment, datetime.timezone.utc).isoformat(
+        timespec="milliseconds"
+    )
 
 
 def _owed(schedule: DueSchedule, now: float, owed: _Owed | None) -> FirePlan:
