@@ -296,14 +296,14 @@ def test_a_catch_up_longer_than_the_lease_keeps_the_lead_as_it_fires(dsn: str) -
 
 @contextlib.contextmanager
 def _firing_counted(on_fire: Callable[[int], None]) -> Iterator[None]:
-    """Call ``on_fire(n)`` in the leader's thread once its ``n``-th boundary fired
-    (its DEBUG record, logged after the fire committed)."""
-    fired = 0
+    """Call ``on_fire(n)`` once the ``n``-th boundary fired by a leader running in
+    this thread (its DEBUG record, logged after the fire committed)."""
+    fired, leader = 0, threading.get_ident()
 
     class Counter(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             nonlocal fired
-            if "fired its boundary" in record.getMessage():
+            if record.thread == leader and "fired its boundary" in record.getMessage():
                 fired += 1
                 on_fire(fired)
 
