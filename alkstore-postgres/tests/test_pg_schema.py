@@ -410,6 +410,30 @@ def test_opening_a_damaged_schema_fails_naming_what_is_wrong(
     assert repr(schema) in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "foreign_meta",
+    ["CREATE TABLE {s}.meta (x int)", "CREATE TABLE {s}.meta (key text PRIMARY KEY, note text)"],
+    ids=["other columns", "no value column"],
+)
+def test_a_schema_with_a_meta_table_of_someone_elses_is_refused_naming_it(
+    dsn: str, schema: str, foreign_meta: str
+) -> None:
+    """Not a raw 'column "value" does not exist', and the table is left as found."""
+    run_sql(dsn, schema, f"CREATE SCHEMA {{s}}; {foreign_meta}")
+
+    async def open_async() -> None:
+        await alkstore.open_async(dsn, schema=schema)
+
+    for opening in (lambda: alkstore.open(dsn, schema=schema), lambda: asyncio.run(open_async())):
+        with pytest.raises(alkstore.Database, match="holds a table meta that is not alkstore's"):
+            opening()
+    with psycopg.connect(dsn) as connection:
+        tables = connection.execute(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = %s", (schema,)
+        ).fetchone()
+    assert tables == (1,)
+
+
 def test_a_version_1_schema_with_a_dropped_table_is_refused_without_change(
     dsn: str, v1_schema: str
 ) -> None:

@@ -147,8 +147,8 @@ def migration(schema: str) -> Plan[int]:
     Raises:
         alkstore.Database: the stored version is not a version number, is newer
             than this alkstore-postgres understands (upgrade it), the schema
-            holds engine tables but no version, or a table, column or index is
-            missing or altered (each named).
+            holds engine tables but no version or a ``meta`` table of someone
+            else's, or a table, column or index is missing or altered (each named).
         psycopg.Error: the server failed a statement.
     """
     key = int.from_bytes(
@@ -207,6 +207,16 @@ def _check_shape(schema: str) -> Plan[None]:
         )
 
 
+def _check_meta_is_ours(schema: str) -> Plan[None]:
+    """Refuse a ``meta`` table of someone else's, before reading a version from it."""
+    meta = (yield from _Shape.read(schema)).tables.get("meta", {})
+    if not {"key", "value"} <= meta.keys():
+        raise Database(
+            f"schema {schema!r} holds a table meta that is not alkstore's (it has no "
+            "columns key and value): choose another schema (option 'schema')"
+        )
+
+
 def _stored_version(schema: str) -> Plan[int]:
     """The version in the schema's meta table: 0 when there is none yet.
 
@@ -214,6 +224,7 @@ def _stored_version(schema: str) -> Plan[int]:
         alkstore.Database: it is not a whole number, or is newer than this
             alkstore-postgres understands.
     """
+    yield from _check_meta_is_ours(schema)
     row = yield Statement(
         render("SELECT value FROM {s}.meta WHERE key = 'schema_version'", schema), fetch=Fetch.ONE
     )
