@@ -259,13 +259,14 @@ def _jobs_in(store: alkstore.Store, queue: str) -> int:
 
 
 def test_a_catch_up_longer_than_the_lease_keeps_the_lead_as_it_fires(dsn: str) -> None:
-    # 128 schedules of 64 missed boundaries, each its own transaction, take
-    # longer than a 0.3 s lease (a firing takes 0.1 ms on SQLite, about a
-    # millisecond on PostgreSQL, so even a loaded machine leaves each well
-    # inside it; a 0.1 s lease was lost once to a stall on a loaded CI run):
-    # each firing renews the lease, so the leader neither loses the lock
-    # midway nor lets another in.
-    schedules, lease_s = 128, 0.3
+    # Schedules of 64 missed boundaries each, every boundary its own
+    # transaction, take longer than a 1 s lease: 512 of them on SQLite (a
+    # firing takes about 0.1 ms), 128 on PostgreSQL (about a millisecond).
+    # Each firing renews the lease, so the leader neither loses the lock
+    # midway nor lets another in. The lease is long beside a firing, so only
+    # a stall of a whole second on a loaded machine could take it (shorter
+    # leases were lost to stalls on loaded CI runs, with nothing wrong).
+    schedules, lease_s = (128 if "://" in dsn else 512), 1.0
     with alkstore.open(dsn, scheduler_lease_s=lease_s) as store:
         for n in range(schedules):
             store.schedule(f"tick-{n}", "@every 1m", "ticks", n)
