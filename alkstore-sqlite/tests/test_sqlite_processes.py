@@ -105,13 +105,13 @@ def test_a_worker_killed_mid_job_loses_it_only_until_the_visibility_timeout(
     path = str(tmp_path / "app.db")
     store = alkstore.open(path)
     try:
-        opts = QueueOpts(visibility_timeout_s=0.5)
+        opts = QueueOpts(visibility_timeout_s=2.0)
         job_id = store.queue("work", opts).enqueue("important")
         worker = spawn(
             """
             import sys, time, alkstore
             store = alkstore.open(sys.argv[1])
-            queue = store.queue("work", alkstore.QueueOpts(visibility_timeout_s=0.5))
+            queue = store.queue("work", alkstore.QueueOpts(visibility_timeout_s=2.0))
             job = queue.claim_one("doomed")
             print("claimed" if job else "nothing", flush=True)
             time.sleep(60)

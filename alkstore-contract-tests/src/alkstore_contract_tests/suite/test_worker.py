@@ -112,14 +112,16 @@ def test_a_handler_error_utf_8_cannot_hold_is_retried_and_the_worker_goes_on(
 def test_a_long_job_is_heartbeated_past_its_visibility_timeout(
     store: alkstore.Store, peer: alkstore.Store, running: StartRunning
 ) -> None:
-    queue = store.queue("work", QueueOpts(visibility_timeout_s=0.3))
+    # Three leases pass: only heartbeats (a third of a lease apart) keep the
+    # claim. A lease of a second leaves a loaded machine 0.6 s for each.
+    queue = store.queue("work", QueueOpts(visibility_timeout_s=1.0))
     job_id = queue.enqueue("slow")
     finished = threading.Event()
     attempts: list[int] = []
 
     def handler(job: Job) -> None:
         attempts.append(job.attempts)
-        time.sleep(1.2)
+        time.sleep(3.0)
         finished.set()
 
     worker = make_worker(store, queue, handler)
