@@ -76,6 +76,10 @@ class AsyncStore(StoreBasics):
 
     # Lifecycle
 
+    def _disown_after_fork(self, parent_pid: int) -> None:
+        self._companion_lock = threading.Lock()  # another thread may have held it
+        super()._disown_after_fork(parent_pid)
+
     async def close(self) -> None:
         """Release every connection and close every receiver; idempotent.
 

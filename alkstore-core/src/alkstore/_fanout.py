@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
+from alkstore import _fork
 from alkstore._errors import Closed, Database
 from alkstore._receivers import BufferedWakeReceiver
 from alkstore._values import Wake
@@ -44,6 +45,7 @@ class WakeFanout:
         self._receivers: dict[str, set[BufferedWakeReceiver]] = {}
         self._closed = False
         self._failure: Database | None = None
+        _fork.track(self)
 
     @property
     def error(self) -> Database | None:
@@ -105,6 +107,16 @@ class WakeFanout:
         with self._lock:
             self._closed = True
         self._close_all()
+
+    def _disown_after_fork(self, parent_pid: int) -> None:
+        """In a forked child (``_fork``): every receiver closed, as with the store,
+        but no ``on_unsubscribe`` (an ``UNLISTEN`` on the parent's connection)."""
+        self._lock = threading.Lock()  # the feeding thread may have held it
+        self._closed = True
+        receivers = [r for group in self._receivers.values() for r in group]
+        self._receivers = {}
+        for receiver in receivers:
+            receiver.abandon()
 
     def __repr__(self) -> str:
         with self._lock:

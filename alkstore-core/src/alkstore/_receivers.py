@@ -206,6 +206,14 @@ class BufferedWakeReceiver(WakeReceiver):
         if self._on_close is not None:
             self._on_close(self)
 
+    def abandon(self) -> None:
+        """Closed in a forked child, whose feeder is gone: no ``on_close``, and a
+        fresh lock (the parent's feeding thread may have held this one)."""
+        self._ready = threading.Condition(threading.Lock())
+        self._closed = True
+        self._pending.clear()
+        self._async_waiters = []
+
     def recv(self, timeout: float | None = None) -> Wake | None:
         """The next wake, or None on timeout (seconds; None waits forever) or once closed."""
         timeout = check_timeout(timeout)

@@ -326,6 +326,10 @@ class Store(StoreBasics, abc.ABC):
 
     # Helpers for engines and mechanism handles
 
+    def _disown_after_fork(self, parent_pid: int) -> None:
+        self._lifecycle_lock = threading.Lock()  # another thread may have held it
+        super()._disown_after_fork(parent_pid)
+
     def _track_tx(self, tx: TxHandle) -> TxHandle:
         """Remember an open transaction, so ``close`` can roll it back."""
         with self._lifecycle_lock:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from alkstore import _fork
 from alkstore._capabilities import Capabilities
 from alkstore._claims import ClaimLedger
 from alkstore._errors import Closed, PayloadTooLarge
@@ -43,9 +44,11 @@ class StoreBasics:
         )
         """The lease of the scheduler leader's lock, as the engine was configured."""
         self._closed = False
+        self._inherited_from: int | None = None
         self._queue_opts: dict[str, QueueOpts] = {}
         self._queue_opts_lock = threading.Lock()
         self._claims = ClaimLedger()
+        _fork.track(self)
 
     @property
     def closed(self) -> bool:
@@ -53,12 +56,39 @@ class StoreBasics:
         return self._closed
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
+        if self._inherited_from is not None:
+            state = f"inherited from process {self._inherited_from}"
+        else:
+            state = "closed" if self._closed else "open"
         return f"<{type(self).__name__} {self.location!r} {state}>"
 
     def _check_open(self) -> None:
         if self._closed:
-            raise Closed(f"{self!r} is closed")
+            raise self._closed_error()
+
+    def _closed_error(self) -> Closed:
+        if self._inherited_from is None:
+            return Closed(f"{self!r} is closed")
+        return Closed(
+            f"{self!r}: this process was forked from the one that opened the store, "
+            "and may not use its connections; open a store in this process "
+            "(alkstore.open after the fork)"
+        )
+
+    def _disown_after_fork(self, parent_pid: int) -> None:
+        """In a forked child: closed for good, without touching what the parent's
+        store holds (``_fork``). Engines extend :meth:`_after_fork_in_child`."""
+        self._inherited_from = parent_pid
+        self._closed = True
+        self._queue_opts_lock = threading.Lock()  # another thread may have held it
+        self._after_fork_in_child()
+
+    def _after_fork_in_child(self) -> None:
+        """Engine hook, run in a forked child once per store it inherited, after
+        core marked the store closed: make sure nothing of the parent's is used
+        or closed here later. No I/O, and no lock another thread of the parent
+        may have held. Core refuses the store's calls already; most engines
+        need nothing more (see "A forked child" in the engine authors' guide)."""
 
     def _declare_queue_opts(self, name: str, opts: QueueOpts | None) -> QueueOpts:
         """The opts ``queue(name, opts)`` gives the queue: ``opts``, now declared, or

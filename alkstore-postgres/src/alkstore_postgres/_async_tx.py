@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -58,7 +59,12 @@ class PostgresAsyncTx(AsyncTxHandle):
             None
             if adopted or not isinstance(connection, psycopg.AsyncConnection)
             else weakref.finalize(
-                self, _close_abandoned, connection, store.pool, asyncio.get_running_loop()
+                self,
+                _close_abandoned,
+                connection,
+                store.pool,
+                asyncio.get_running_loop(),
+                os.getpid(),
             )
         )
 
@@ -154,9 +160,13 @@ def _close_abandoned(
     connection: psycopg.AsyncConnection,
     pool: psycopg_pool.AsyncConnectionPool,
     loop: asyncio.AbstractEventLoop,
+    opened_in: int,
 ) -> None:
     """A handle was collected without an end: close its connection (the server
-    rolls back) and give it back to the pool, which makes a new one."""
+    rolls back) and give it back to the pool, which makes a new one. Not in a
+    forked child: the connection is the parent's (see ``alkstore._fork``)."""
+    if os.getpid() != opened_in:
+        return
     connection.pgconn.finish()
     with contextlib.suppress(RuntimeError):  # the loop is closed: so is the pool
         loop.call_soon_threadsafe(_put_back, connection, pool)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -45,7 +46,9 @@ class PostgresTx(TxHandle):
         )
         # A forgotten handle must not hold its locks and its connection forever.
         self._abandon = (
-            weakref.finalize(self, _roll_back, connection, give_back) if give_back else None
+            weakref.finalize(self, _roll_back, connection, give_back, os.getpid())
+            if give_back
+            else None
         )
 
     def __repr__(self) -> str:
@@ -134,8 +137,12 @@ class PostgresTx(TxHandle):
 
 
 def _roll_back(
-    connection: psycopg.Connection, give_back: Callable[[psycopg.Connection], None]
+    connection: psycopg.Connection,
+    give_back: Callable[[psycopg.Connection], None],
+    opened_in: int,
 ) -> None:
+    if os.getpid() != opened_in:
+        return  # a forked child's copy: the transaction is the parent's (see alkstore._fork)
     idle = connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     if not idle:  # a handle that never began has nothing to roll back
         with contextlib.suppress(psycopg.Error):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import os
 import sqlite3
 import threading
 
@@ -10,9 +11,22 @@ from alkstore.engine import DriverErrors
 
 __all__ = ["met_a_lock", "transaction_ended", "transaction_opened", "translate"]
 
-_open_transactions: collections.Counter[int] = collections.Counter()
-"""Open transactions of this process's stores, by the thread that began each."""
-_open_lock = threading.Lock()
+
+class _OpenTransactions:
+    """Open transactions of this process's stores, by the thread that began each."""
+
+    def __init__(self) -> None:
+        self.forget_all()
+
+    def forget_all(self) -> None:
+        """Start over (in a forked child, which began none of the parent's)."""
+        self.by_thread: collections.Counter[int] = collections.Counter()
+        self.lock = threading.Lock()  # another thread of the parent may have held it
+
+
+_open = _OpenTransactions()
+if hasattr(os, "register_at_fork"):  # not on Windows, which cannot fork
+    os.register_at_fork(after_in_child=_open.forget_all)
 
 _OWN_LOCK_HINT = (
     "this thread holds an open alkstore transaction, which holds the write lock of its "
@@ -42,7 +56,7 @@ class translate(DriverErrors):  # noqa: N801 - used like a function: `with trans
             return message
         if getattr(exc, "sqlite_errorcode", None) == _BUSY_SNAPSHOT:
             return f"{message} ({_STALE_SNAPSHOT_HINT})"
-        if _open_transactions[threading.get_ident()]:
+        if _open.by_thread[threading.get_ident()]:
             return f"{message} ({_OWN_LOCK_HINT})"
         return f"{message} (another connection held the write lock past the busy timeout)"
 
@@ -50,17 +64,17 @@ class translate(DriverErrors):  # noqa: N801 - used like a function: `with trans
 def transaction_opened() -> int:
     """Count a transaction the calling thread began; return the thread's ident."""
     thread = threading.get_ident()
-    with _open_lock:
-        _open_transactions[thread] += 1
+    with _open.lock:
+        _open.by_thread[thread] += 1
     return thread
 
 
 def transaction_ended(thread: int) -> None:
     """Uncount a transaction ``thread`` began (from whichever thread ends it)."""
-    with _open_lock:
-        _open_transactions[thread] -= 1
-        if _open_transactions[thread] <= 0:
-            del _open_transactions[thread]
+    with _open.lock:
+        _open.by_thread[thread] -= 1
+        if _open.by_thread[thread] <= 0:
+            del _open.by_thread[thread]
 
 
 _BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED: primary codes, the low byte of extended ones

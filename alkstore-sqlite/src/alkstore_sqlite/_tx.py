@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import sqlite3
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -43,7 +45,9 @@ class SQLiteTx(TxHandle):
         self._pending_jobs: list[tuple[Any, ...]] = []
         # A forgotten handle must not hold the write lock forever.
         self._abandon = (
-            weakref.finalize(self, _roll_back_and_close, connection, transaction_opened())
+            weakref.finalize(
+                self, _roll_back_and_close, connection, transaction_opened(), os.getpid()
+            )
             if owned
             else None
         )
@@ -178,7 +182,28 @@ def plain_cursor(connection: sqlite3.Connection) -> sqlite3.Cursor:
     return cursor
 
 
-def _roll_back_and_close(connection: sqlite3.Connection, thread: int) -> None:
+_kept_open: list[sqlite3.Connection] = []
+
+
+def _roll_back_and_close(connection: sqlite3.Connection, thread: int, opened_in: int) -> None:
+    if os.getpid() != opened_in:
+        _keep_open_for_good(connection)
+        return
     transaction_ended(thread)
     with contextlib.suppress(sqlite3.Error):
         connection.close()  # closing rolls back an open transaction
+
+
+def _keep_open_for_good(connection: sqlite3.Connection) -> None:
+    """Leave ``connection`` open until this forked child process ends.
+
+    It is the child's copy of a connection in the parent's write transaction.
+    Closing it would roll that transaction back, and a rollback in WAL mode
+    clears the transaction's frames from the WAL index, which the processes
+    share: the parent's commit would then leave a malformed database. A
+    reference nothing gives back keeps the copy open even through the
+    interpreter's shutdown; the kernel drops it with the process.
+    """
+    _kept_open.append(connection)
+    with contextlib.suppress(AttributeError):  # ctypes.pythonapi is CPython's
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(connection))

@@ -1,4 +1,5 @@
-"""Peers in other processes: wakes, claim exclusivity and lock contention.
+"""Peers in other processes: wakes, claim exclusivity and lock contention;
+and a process forked with a store open.
 
 Each child process uses the session's API too (in async mode, an AsyncStore
 behind the suite's sync facade)."""
@@ -6,6 +7,7 @@ behind the suite's sync facade)."""
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -84,3 +86,43 @@ def test_processes_contending_for_a_lock_have_exactly_one_winner(
     ]
     outcomes = sorted(finish(contender).strip() for contender in contenders)
     assert outcomes == ["lost"] * 4 + ["won"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="this platform cannot fork")
+def test_a_forked_child_leaves_the_parents_open_transaction_whole(
+    target: StoreTarget, api: str, store: alkstore.Store
+) -> None:
+    """A store belongs to the process that opened it: in a child made by
+    ``os.fork()`` it is closed, and nothing of it — not the finalizer of a
+    transaction handle the child drops, not the child's exit — may end or
+    undo the parent's transaction on the connection both processes hold."""
+    parent = spawn(
+        target,
+        """
+        import gc, os, sys
+        store.queue("forked").enqueue("before the transaction")
+        tx = store.begin_tx()
+        for n in range(20_000):  # more than a page cache: written before the commit
+            tx.enqueue_tx("forked", None, "x" * 400)
+        tx.publish_tx("forked", "sent")  # a statement after the enqueues sends them
+        child = os.fork()
+        if child == 0:
+            print(json.dumps({"closed in the child": store.closed}), flush=True)
+            del tx
+            gc.collect()  # the child drops its copy of the handle...
+            sys.exit(0)  # ...and exits as a plain forked child does
+        _, status = os.waitpid(child, 0)
+        tx.enqueue_tx("forked", None, "after the fork")
+        tx.commit()
+        print(json.dumps({"child's exit status": status}), flush=True)
+        store.close()
+        """,
+        api=api,
+    )
+    reported: dict[str, object] = {}
+    for line in finish(parent, timeout=120).splitlines():
+        reported.update(json.loads(line))
+    assert reported == {"closed in the child": True, "child's exit status": 0}
+    (forked,) = [stats for stats in store.inspect().queues() if stats.name == "forked"]
+    assert forked.ready == 20_002
+    assert [event.payload for event in store.stream("forked").read_since(0)] == ["sent"]
