@@ -13,13 +13,16 @@ transaction on both engines, leaving a malformed SQLite file.
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+import alkstore
+
+needs_fork = pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
 
 _REFUSED_IN_THE_CHILD = textwrap.dedent(
     """
@@ -153,6 +156,7 @@ def _run(script: str, dsn: str) -> dict[str, object]:
     return found
 
 
+@needs_fork
 def test_a_forked_child_is_refused_the_parents_store_which_keeps_working(dsn: str) -> None:
     found = _run(_REFUSED_IN_THE_CHILD, dsn)
     child = found["child"]
@@ -176,6 +180,7 @@ def test_a_forked_child_is_refused_the_parents_store_which_keeps_working(dsn: st
     }  # fmt: skip
 
 
+@needs_fork
 def test_a_child_exiting_leaves_the_parents_open_transaction_whole(app_dsn: str) -> None:
     found = _run(_CHILD_EXITS_DURING_THE_PARENTS_TRANSACTION, app_dsn)
     assert found["child status"] == 0
@@ -183,3 +188,16 @@ def test_a_child_exiting_leaves_the_parents_open_transaction_whole(app_dsn: str)
     assert found["orders"] == 30_200
     if not app_dsn.startswith("postgresql"):
         assert found["integrity"] == "ok"
+
+
+def test_a_store_and_what_holds_it_refuse_pickle_in_words(dsn: str) -> None:
+    """What a process pool would send another process: refused saying why."""
+    with alkstore.open(dsn) as store:
+        queue = store.queue("pickled")
+        queue.enqueue({"n": 1})
+        job = queue.claim_one("w")
+        assert job is not None
+        for held in (store, queue, job, store.stream("s")):
+            with pytest.raises(TypeError, match="belongs to the process that opened it"):
+                pickle.dumps(held)
+        assert job.ack()  # refusing changed nothing

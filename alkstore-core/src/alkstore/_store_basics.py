@@ -4,6 +4,7 @@ capabilities, whether it is closed, and the queue opts declared in it."""
 from __future__ import annotations
 
 import threading
+from typing import NoReturn
 
 from alkstore import _fork
 from alkstore._capabilities import Capabilities
@@ -61,6 +62,13 @@ class StoreBasics:
         else:
             state = "closed" if self._closed else "open"
         return f"<{type(self).__name__} {self.location!r} {state}>"
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            f"{self!r} cannot be pickled, nor can what holds it (a queue, a job, a lock): "
+            "a store belongs to the process that opened it. Send the other process what "
+            "it needs (the target to open, a job's id and payload) and open a store there"
+        )
 
     def _check_open(self) -> None:
         if self._closed:
