@@ -1,6 +1,7 @@
-"""A store belongs to the process that opened it: ``os.fork()`` with a store open.
+"""A store belongs to the process that opened it: ``os.fork()`` with a store
+open, and ``pickle`` (what a process pool would send).
 
-Each test runs a real program that opens a store, forks, and lets the child
+Each fork test runs a real program that opens a store, forks, and lets the child
 end the way a plain forked child does (a normal exit: atexit handlers and
 finalizers run). The child is refused the parent's store in words, at once,
 and can open its own; the parent's connections, receivers, claims, locks and
@@ -13,6 +14,7 @@ transaction on both engines, leaving a malformed SQLite file.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import subprocess
 import sys
@@ -22,7 +24,7 @@ import pytest
 
 import alkstore
 
-needs_fork = pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="no fork here")
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="this platform cannot fork")
 
 _REFUSED_IN_THE_CHILD = textwrap.dedent(
     """
