@@ -42,6 +42,25 @@ def test_a_bad_statement_is_a_database_error_and_the_transaction_goes_on(
         assert tx.execute("SELECT id FROM orders") == [(1,)]
 
 
+def test_a_transaction_sqlite_rolled_back_on_a_full_disk_is_refused_at_commit(
+    orders: SQLiteStore,
+) -> None:
+    # A full disk may end the whole transaction, not just the statement (as
+    # here: a big row); what follows would autocommit, so the handle refuses.
+    with orders.transaction() as tx:
+        tx.execute("CREATE TABLE scans (image BLOB)")
+    tx = orders.begin_tx()
+    job_id = tx.enqueue_tx("emails", None, "written before the disk filled")
+    (pages,) = tx.execute("PRAGMA page_count")[0]
+    tx.execute(f"PRAGMA max_page_count = {pages + 2}")  # this connection's limit only
+    with pytest.raises(alkstore.Database, match="full"):
+        tx.execute("INSERT INTO scans VALUES (zeroblob(1000000))")
+    with pytest.raises(alkstore.Database, match="rolling it back after an error"):
+        tx.commit()
+    with alkstore.open(orders.path) as peer:
+        assert peer.queue("emails").get_job(job_id) is None
+
+
 def test_adopt_tx_writes_through_the_callers_connection(
     orders: SQLiteStore, peer: SQLiteStore
 ) -> None:

@@ -41,8 +41,9 @@ log = logging.getLogger("alkstore")
 
 ENDED_BEHIND_ITS_BACK = (
     "this transaction was ended behind its handle's back (a COMMIT or ROLLBACK "
-    "through tx.execute or tx.connection); the handle is closed, and nothing was "
-    "written through it after that"
+    "through tx.execute or tx.connection, or the database rolling it back after "
+    "an error, as SQLite does when the disk is full); the handle is closed, and "
+    "nothing was written through it after that"
 )
 ENDED_BY_ITS_CALLER = (
     "the caller's transaction this handle adopted has ended (committed or rolled "

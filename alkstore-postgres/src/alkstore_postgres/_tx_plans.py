@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
+from alkstore import Database
 from alkstore.engine import JobStamp, Params
 from alkstore_postgres._event_buffer import EventBuffer
 from alkstore_postgres._job_buffer import JobBuffer, JobIds
@@ -166,8 +167,20 @@ class TxPlans:
         return list(rows)
 
     def commit(self) -> Plan[None]:
-        """COMMIT, with what is pending; only when :attr:`needs_commit`."""
+        """COMMIT, with what is pending; only when :attr:`needs_commit`.
+
+        A transaction an earlier statement aborted is refused here: PostgreSQL
+        answers its COMMIT with a rollback and no error, and the caller, who
+        may have caught that statement's error, would take it for committed.
+        """
         yield Operation("commit")
+        if self._connection.pgconn.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+            self.discard()
+            raise Database(
+                "commit failed: a statement in this transaction failed, so PostgreSQL "
+                "aborted it; it is rolled back and nothing in it was committed (to go on "
+                "after a statement that may fail, run it inside a savepoint)"
+            )
         yield from self._with_pending(_one(_COMMIT))
 
     def discard(self) -> None:

@@ -129,6 +129,33 @@ def test_a_handle_is_closed_after_commit_or_rollback(store: alkstore.Store) -> N
         tx.commit()
 
 
+def test_a_commit_after_a_failed_statement_never_reports_what_it_dropped(
+    provider: TestProvider, store: alkstore.Store, peer: alkstore.Store
+) -> None:
+    """After a failed statement an engine may go on (SQLite rolls back only the
+    statement) or abort the whole transaction (PostgreSQL): either way a commit
+    that returns has committed what was written before, and one that did not
+    says so — even though the caller caught the statement's error."""
+    if not provider.speaks_sql:
+        pytest.skip("the provider's engine does not run SQL (TestProvider.speaks_sql)")
+    tx = store.begin_tx()
+    job_id = tx.enqueue_tx("emails", None, "written before the failure")
+    with pytest.raises(alkstore.Database):
+        tx.execute("SELECT * FROM alkstore_contract_no_such_table")
+    try:
+        tx.commit()
+    except alkstore.Database:
+        assert peer.queue("emails").get_job(job_id) is None
+    else:
+        assert peer.queue("emails").get_job(job_id) is not None
+    with pytest.raises(alkstore.Closed):
+        tx.enqueue_tx("emails", None, "after the end")
+    for _ in range(8):  # more than a small pool holds: each connection came back usable
+        with store.transaction() as again:
+            again.enqueue_tx("after", None, "the store goes on")
+    assert len(peer.queue("after").claim_batch("w", 10)) == 8
+
+
 def test_tx_connection_is_the_drivers(store: alkstore.Store) -> None:
     with store.transaction() as tx:
         assert tx.connection is not None
