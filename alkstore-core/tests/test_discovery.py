@@ -306,6 +306,23 @@ def test_a_target_with_white_space_around_it_is_refused_and_creates_no_file(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "target", ["app\x00.db", "postgresql://u:secret@db.internal/app\x00", "sqlite:///a\x00"]
+)
+def test_a_target_holding_a_nul_is_refused_in_words(
+    target: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import alkstore
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="holds a NUL character") as raised:
+        alkstore.open(target)
+    assert "secret" not in str(raised.value)
+    with pytest.raises(ValueError, match="holds a NUL character"):
+        alkstore.open(Path(target))
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_path_object_names_a_file_with_a_space_at_the_end(tmp_path: Path) -> None:
     import alkstore
 

@@ -248,6 +248,7 @@ def engine_for_target(target: str | os.PathLike[str]) -> tuple[Engine, str]:
     if isinstance(target, os.PathLike):
         path = os.fspath(target)
         if isinstance(path, str) and path.strip():
+            _refuse_nul(path)
             return load_engine("sqlite"), path
         target = path
     if not isinstance(target, str):
@@ -256,6 +257,7 @@ def engine_for_target(target: str | os.PathLike[str]) -> tuple[Engine, str]:
         raise ValueError(
             f"target must not be empty or blank ({target!r}): give a file path or a URL"
         )
+    _refuse_nul(target)
     if target != target.strip():
         raise ValueError(
             f"target {redact(target)!r} begins or ends with white space, as one read from "
@@ -263,6 +265,14 @@ def engine_for_target(target: str | os.PathLike[str]) -> tuple[Engine, str]:
             "(a file whose name has such a space is opened from a path object)"
         )
     return _engine_for(target), target
+
+
+def _refuse_nul(target: str) -> None:
+    if "\x00" in target:
+        raise ValueError(
+            f"target {redact(target)!r} holds a NUL character, which no file path "
+            "or connection string can hold"
+        )
 
 
 def _engine_for(target: str) -> Engine:
