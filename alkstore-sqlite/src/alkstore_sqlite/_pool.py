@@ -27,6 +27,7 @@ from typing import TypeAlias
 from alkstore import Closed, Database
 from alkstore.engine import WouldWait
 from alkstore_sqlite._errors import translate
+from alkstore_sqlite._file_identity import FileWatch
 from alkstore_sqlite._settings import Settings
 
 Statements: TypeAlias = "sqlite3.Connection | sqlite3.Cursor"
@@ -116,9 +117,10 @@ class transaction:  # noqa: N801 - used like psycopg's `with connection.transact
 class ConnectionPool:
     """Hands out connections; at most a few idle ones are kept."""
 
-    def __init__(self, path: str, settings: Settings) -> None:
+    def __init__(self, path: str, settings: Settings, file: FileWatch) -> None:
         self._path = path
         self._settings = settings
+        self._file = file
         self._idle: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -138,7 +140,12 @@ class ConnectionPool:
 
     def acquire(self) -> sqlite3.Connection:
         """Take a connection for the calling thread's exclusive use (the prompt
-        connection, for a thread in prompt mode)."""
+        connection, for a thread in prompt mode).
+
+        Raises:
+            FileChanged: the path no longer leads to the file the store opened.
+        """
+        self._file.check()
         if self._prompt_thread == threading.get_ident() and not self._prompt_lent:
             return self._lend_prompt()
         if self._checkpoint_wanted and threading.get_ident() != self._last_prompt_thread:

@@ -24,6 +24,7 @@ from alkstore.engine import (
 from alkstore_sqlite import _sql
 from alkstore_sqlite._capabilities import CAPABILITIES
 from alkstore_sqlite._errors import translate
+from alkstore_sqlite._file_identity import FileWatch
 from alkstore_sqlite._inspect import SQLiteInspector
 from alkstore_sqlite._lock import LapsedLocks, SQLiteLock, acquire
 from alkstore_sqlite._pool import ConnectionPool, Statements, begin, connect, transaction
@@ -55,11 +56,13 @@ class SQLiteStore(Store):
         self.path = path
         self.settings = settings
         _prepare_file(path, settings)
-        self.pool = ConnectionPool(path, settings)
+        self.file = FileWatch(path)
+        """The file the store opened: once deleted or replaced, every call raises."""
+        self.pool = ConnectionPool(path, settings, self.file)
         self.connection = self.pool.connection
         """A pooled connection (autocommit) for the block: ``with store.connection() as c``."""
         self._prompt_calls = PromptCalls(self.pool, writes=settings.durability == "normal")
-        self._watcher = Watcher(path, settings)
+        self._watcher = Watcher(path, settings, self.file)
         # From a random start, so that stores opened for a few calls each prune too.
         self._notices = random.randrange(_PRUNE_EVERY)
         self._lapsed_locks = LapsedLocks()

@@ -18,25 +18,27 @@ process in exclusive locking mode, another process's WAL recovery or its
 last-connection cleanup) is an outage, not a death (core's watcher waits it
 out). The file deleted or replaced (a restore from backup swaps the file
 under the open store, and the watcher would keep reading the old one) kills
-it with :class:`WatchedFileChanged`, as do an unreadable file and altered
-tables.
+it with :class:`FileChanged` and tells the store, which refuses to go on;
+an unreadable file and altered tables kill it too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import sqlite3
+from collections.abc import Iterator
 
-from alkstore import Database
 from alkstore.engine import PollingWatcher, WakeSource, queue_wake_key, stream_wake_key
 from alkstore_sqlite import _sql
+from alkstore_sqlite._file_identity import FileChanged, FileWatch, Identity, check_identity
 from alkstore_sqlite._filewatch import FolderWaiter
 from alkstore_sqlite._pool import connect
 from alkstore_sqlite._settings import Settings
 
-__all__ = ["WatchedFileChanged", "Watcher"]
+__all__ = ["Watcher"]
 
 log = logging.getLogger("alkstore.sqlite")
 
@@ -51,16 +53,12 @@ _READ_BUSY_S = 0.1
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6  # primary result codes
 
 
-class WatchedFileChanged(Database):
-    """The database file was deleted or replaced under the open store."""
-
-
 class Watcher(PollingWatcher):
     """Fans commits to the file out to wake receivers; started by the first subscriber."""
 
-    def __init__(self, path: str, settings: Settings) -> None:
+    def __init__(self, path: str, settings: Settings, file: FileWatch) -> None:
         super().__init__(
-            _FileSource(path, settings),
+            _FileSource(path, settings, file),
             target=path,
             log=log,
             interval_s=settings.watch_interval_s,
@@ -71,14 +69,16 @@ class Watcher(PollingWatcher):
 
 
 class _FileSource(WakeSource):
-    """The file at one path, read by a connection of the watcher's own."""
+    """The file the store opened, read by a connection of the watcher's own;
+    a look that finds it changed tells the store (``file``), which then
+    refuses to go on."""
 
-    def __init__(self, path: str, settings: Settings) -> None:
+    def __init__(self, path: str, settings: Settings, file: FileWatch) -> None:
         self._path = path
         self._settings = dataclasses.replace(
             settings, busy_timeout_s=min(settings.busy_timeout_s, _READ_BUSY_S)
         )
-        self._identity: tuple[int, int] | None = None
+        self._file = file
         self._reader: _Reader | None = None
 
     def waiter(self) -> FolderWaiter:
@@ -87,23 +87,32 @@ class _FileSource(WakeSource):
         return FolderWaiter(folder, name_prefix=name)
 
     def open(self) -> None:
-        """Take the file's identity (at the first try), connect and read the starting point.
+        """Connect and read the starting point, if the path still leads to the
+        file the store opened (a swap after this check is seen at the first look,
+        whichever file the connection then opens).
 
         Raises:
-            WatchedFileChanged: there is no file at the path.
+            FileChanged: the path no longer leads to the store's file.
             Database: the file could not be opened (the driver's error chained).
             sqlite3.Error: the starting point could not be read.
         """
-        if self._identity is None:
-            # Identity first: a swap after this moment is seen at the first look,
-            # whichever file the connection then opens.
-            self._identity = _identity(self._path)
-        self._reader = _Reader.open(self._path, self._identity, self._settings)
+        with self._telling_the_store():
+            check_identity(self._path, self._file.identity)
+        self._reader = _Reader.open(self._path, self._file.identity, self._settings)
 
     def look(self) -> set[str]:
         reader = self._reader
         assert reader is not None, "look() before open()"
-        return reader.changes()
+        with self._telling_the_store():
+            return reader.changes()
+
+    @contextlib.contextmanager
+    def _telling_the_store(self) -> Iterator[None]:
+        try:
+            yield
+        except FileChanged as changed:
+            self._file.changed(changed)
+            raise
 
     def close(self) -> None:
         if self._reader is not None:
@@ -126,7 +135,7 @@ class _Reader:
         self,
         connection: sqlite3.Connection,
         path: str,
-        identity: tuple[int, int],
+        identity: Identity,
         version: int,
         newest: tuple[int, int, int],
     ) -> None:
@@ -137,7 +146,7 @@ class _Reader:
         self.notice, self.event, self.job = newest
 
     @classmethod
-    def open(cls, path: str, identity: tuple[int, int], settings: Settings) -> _Reader:
+    def open(cls, path: str, identity: Identity, settings: Settings) -> _Reader:
         """Connect and read the starting point.
 
         Raises:
@@ -156,16 +165,11 @@ class _Reader:
         """Keys touched by rows newer than those seen; moves past them once all are read.
 
         Raises:
-            WatchedFileChanged: the path no longer leads to the file being read.
+            FileChanged: the path no longer leads to the file being read.
             sqlite3.Error: a read failed; nothing was moved past, so the
                 next look reads the same rows again.
         """
-        if _identity(self.path) != self.identity:
-            raise WatchedFileChanged(
-                f"{self.path!r} was replaced by another file while the store had it open "
-                "(as a restore from backup does); the store still reads the old one: "
-                "reopen the store"
-            )
+        check_identity(self.path, self.identity)
         connection = self.connection
         version = _data_version(connection)
         if version == self.version:
@@ -191,22 +195,6 @@ def _is_lock(error: sqlite3.OperationalError) -> bool:
         return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
     message = str(error)
     return "locked" in message or "busy" in message
-
-
-def _identity(path: str) -> tuple[int, int]:
-    """The ``(device, inode)`` of the file at ``path``.
-
-    Raises:
-        WatchedFileChanged: there is no file at ``path`` any more.
-    """
-    try:
-        status = os.stat(path)
-    except FileNotFoundError:
-        raise WatchedFileChanged(
-            f"{path!r} is gone (deleted or moved away) while the store had it open; "
-            "reopen the store"
-        ) from None
-    return status.st_dev, status.st_ino
 
 
 def _data_version(connection: sqlite3.Connection) -> int:

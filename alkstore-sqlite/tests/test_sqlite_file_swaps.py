@@ -1,0 +1,99 @@
+"""A store whose file is deleted or replaced under it refuses to go on.
+
+The connections it holds keep the old file open: what they would write
+then reaches no other process (a new store on the path opens another file)
+and is gone with the last of them. So every call raises ``Database`` naming
+the path, within a tenth of a second without a listener, at once after the
+wake watcher has seen it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+
+import pytest
+
+import alkstore
+from alkstore_sqlite import SQLiteStore
+from alkstore_sqlite._file_identity import LOOK_EVERY_S
+
+
+def restore_from_backup(path: str) -> None:
+    """What a restore does: a backup copy moved over the live file in one rename."""
+    copy = f"{path}.restored"
+    source, target = sqlite3.connect(path), sqlite3.connect(copy)
+    try:
+        source.backup(target)
+    finally:
+        source.close()
+        target.close()
+    os.replace(copy, path)
+
+
+SWAPS = pytest.mark.parametrize(
+    ("swap", "says"),
+    [(restore_from_backup, "was replaced by another file"), (os.remove, "is gone")],
+    ids=["replaced", "deleted"],
+)
+
+CALLS: dict[str, Callable[[SQLiteStore], object]] = {
+    "enqueue": lambda store: store.queue("emails").enqueue("lost?"),
+    "claim": lambda store: store.queue("emails").claim_one("w"),
+    "publish": lambda store: store.stream("orders").publish("lost?"),
+    "notify": lambda store: store.notify("orders", "lost?"),
+    "begin_tx": lambda store: store.begin_tx().enqueue_tx("emails", None, "lost?"),
+    "try_lock": lambda store: store.try_lock("nightly", "me", 30),
+    "inspect": lambda store: store.inspect().queues(),
+}
+
+
+@SWAPS
+def test_every_call_is_refused_once_the_file_is_swapped(
+    store: SQLiteStore, swap: Callable[[str], None], says: str
+) -> None:
+    store.queue("emails").enqueue("before")
+    swap(store.path)
+    time.sleep(LOOK_EVERY_S * 2)
+    for name, call in CALLS.items():
+        with pytest.raises(alkstore.Database, match=f"{says}.*reopen the store"):
+            call(store)
+            pytest.fail(f"{name} went on after the swap")
+    store.close()  # closing still works
+
+
+@SWAPS
+def test_an_async_store_is_refused_too(path: str, swap: Callable[[str], None], says: str) -> None:
+    async def main() -> None:
+        async with await alkstore.open_async(path) as store:
+            await store.queue("emails").enqueue("before")
+            swap(path)
+            await asyncio.sleep(LOOK_EVERY_S * 2)
+            with pytest.raises(alkstore.Database, match=says):
+                await store.queue("emails").enqueue("lost?")
+            with pytest.raises(alkstore.Database, match=says):
+                await store.stream("orders").publish("lost?")
+
+    asyncio.run(main())
+
+
+@SWAPS
+def test_a_swap_the_watcher_sees_is_refused_at_once(
+    store: SQLiteStore, swap: Callable[[str], None], says: str
+) -> None:
+    wakes = store.listen("orders")
+    swap(store.path)
+    assert wakes.recv(5) is None  # the watcher saw it and died
+    with pytest.raises(alkstore.Database, match=says):
+        store.queue("emails").enqueue("lost?")
+
+
+def test_a_store_whose_file_stays_goes_on(store: SQLiteStore) -> None:
+    queue = store.queue("emails")
+    for _ in range(3):
+        queue.enqueue("kept")
+        time.sleep(LOOK_EVERY_S)
+    assert len(queue.claim_batch("w", 10)) == 3
