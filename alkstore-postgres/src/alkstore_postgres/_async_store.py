@@ -44,6 +44,7 @@ from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import (
     RECONNECT_GIVE_UP_S,
     CheckoutClock,
+    configure_session_async,
     connect_kwargs,
     has_input,
 )
@@ -123,7 +124,10 @@ class PostgresAsyncStore(AsyncStore):
         kwargs = connect_kwargs(conninfo, settings)
         with connect_errors(address):
             first = await psycopg.AsyncConnection.connect(conninfo, **kwargs)
+        configure = configure_session_async if settings.pooler != "transaction" else None
         try:
+            if configure is not None:
+                await configure(first)
             with preparing_schema(f"preparing schema {settings.schema!r}"):
                 await run_plan_async(first, migration(settings.schema))
                 cursor = await first.execute(Statements(settings.schema).storage)
@@ -137,6 +141,7 @@ class PostgresAsyncStore(AsyncStore):
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
             kwargs=kwargs,
+            configure=configure,
             timeout=settings.connect_timeout_s,
             reconnect_timeout=RECONNECT_GIVE_UP_S,
             open=False,

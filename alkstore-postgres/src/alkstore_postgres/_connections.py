@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 import psycopg_pool
 
 from alkstore_postgres._settings import Settings
@@ -16,6 +17,8 @@ __all__ = [
     "CHECKOUT_SLICE_S",
     "RECONNECT_GIVE_UP_S",
     "CheckoutClock",
+    "configure_session",
+    "configure_session_async",
     "connect_kwargs",
     "has_input",
 ]
@@ -129,6 +132,27 @@ def connect_kwargs(conninfo: str, settings: Settings) -> dict[str, Any]:
     if "application_name" not in conninfo:
         kwargs["fallback_application_name"] = "alkstore"
     return kwargs
+
+
+_READ_COMMITTED = "SET default_transaction_isolation = 'read committed'"
+"""The engine's statements are written for READ COMMITTED: a claim skips the
+rows other claims lock and reads what committed meanwhile, a publish waits
+for its stream's head row. A database or role whose default is REPEATABLE
+READ or SERIALIZABLE (``ALTER DATABASE ... SET default_transaction_isolation``)
+turned concurrent claims, acks, publishes and lock attempts into
+serialization failures; the engine's own sessions are set back to it."""
+
+
+def configure_session(connection: psycopg.Connection) -> None:
+    """Set up a new connection of the engine's own (not behind a transaction
+    pooler: a session setting would stay on whichever server connection the
+    pooler lent, for its next client)."""
+    connection.execute(_READ_COMMITTED)
+
+
+async def configure_session_async(connection: psycopg.AsyncConnection) -> None:
+    """:func:`configure_session` for an async connection."""
+    await connection.execute(_READ_COMMITTED)
 
 
 def has_input(descriptor: int) -> bool:

@@ -16,6 +16,7 @@ from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import (
     RECONNECT_GIVE_UP_S,
     CheckoutClock,
+    configure_session,
     connect_kwargs,
     has_input,
 )
@@ -61,7 +62,10 @@ class PostgresStore(Store):
         self._connect_kwargs = connect_kwargs(conninfo, settings)
         with connect_errors(address):
             first = psycopg.connect(conninfo, **self._connect_kwargs)
+        configure = configure_session if settings.pooler != "transaction" else None
         try:
+            if configure is not None:
+                configure(first)
             with preparing_schema(f"preparing schema {settings.schema!r}"):
                 run_plan(first, migration(settings.schema))
                 self._storage: tuple[Any, ...] | None = first.execute(self.sql.storage).fetchone()
@@ -75,6 +79,7 @@ class PostgresStore(Store):
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
             kwargs=self._connect_kwargs,
+            configure=configure,
             timeout=settings.connect_timeout_s,
             reconnect_timeout=RECONNECT_GIVE_UP_S,
             open=False,
