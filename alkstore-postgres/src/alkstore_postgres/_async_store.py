@@ -44,6 +44,7 @@ from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import (
     RECONNECT_GIVE_UP_S,
     CheckoutClock,
+    configure_listener_async,
     configure_session_async,
     connect_kwargs,
     has_input,
@@ -156,7 +157,13 @@ class PostgresAsyncStore(AsyncStore):
 
     async def _listener_connection(self) -> psycopg.AsyncConnection:
         kwargs = connect_kwargs(self._listen_conninfo, self.settings)
-        return await psycopg.AsyncConnection.connect(self._listen_conninfo, **kwargs)
+        connection = await psycopg.AsyncConnection.connect(self._listen_conninfo, **kwargs)
+        try:
+            await configure_listener_async(connection)
+        except BaseException:
+            await asyncio.shield(connection.close())
+            raise
+        return connection
 
     @property
     def listener_reconnects(self) -> int:

@@ -17,6 +17,8 @@ __all__ = [
     "CHECKOUT_SLICE_S",
     "RECONNECT_GIVE_UP_S",
     "CheckoutClock",
+    "configure_listener",
+    "configure_listener_async",
     "configure_session",
     "configure_session_async",
     "connect_kwargs",
@@ -153,6 +155,27 @@ def configure_session(connection: psycopg.Connection) -> None:
 async def configure_session_async(connection: psycopg.AsyncConnection) -> None:
     """:func:`configure_session` for an async connection."""
     await connection.execute(_READ_COMMITTED)
+
+
+_NO_IDLE_SESSION_TIMEOUT = "SET idle_session_timeout = 0"
+"""The LISTEN connection sits idle, outside any transaction, between
+notifications: a server's ``idle_session_timeout`` (PostgreSQL 14+, often set
+to end forgotten sessions) closed it every so often, each time with a
+warning, a reconnect wake to every receiver, and the notifications sent
+until it was back lost."""
+_IDLE_SESSION_TIMEOUT_SINCE = 140000
+
+
+def configure_listener(connection: psycopg.Connection) -> None:
+    """Set up a new LISTEN connection (a session of its own, pooler or not)."""
+    if connection.info.server_version >= _IDLE_SESSION_TIMEOUT_SINCE:
+        connection.execute(_NO_IDLE_SESSION_TIMEOUT)
+
+
+async def configure_listener_async(connection: psycopg.AsyncConnection) -> None:
+    """:func:`configure_listener` for an async connection."""
+    if connection.info.server_version >= _IDLE_SESSION_TIMEOUT_SINCE:
+        await connection.execute(_NO_IDLE_SESSION_TIMEOUT)
 
 
 def has_input(descriptor: int) -> bool:

@@ -16,6 +16,7 @@ from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import (
     RECONNECT_GIVE_UP_S,
     CheckoutClock,
+    configure_listener,
     configure_session,
     connect_kwargs,
     has_input,
@@ -92,7 +93,13 @@ class PostgresStore(Store):
 
     def _listener_connection(self) -> psycopg.Connection:
         kwargs = connect_kwargs(self._listen_conninfo, self.settings)
-        return psycopg.connect(self._listen_conninfo, **kwargs)
+        connection = psycopg.connect(self._listen_conninfo, **kwargs)
+        try:
+            configure_listener(connection)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
 
     @property
     def listener_reconnects(self) -> int:

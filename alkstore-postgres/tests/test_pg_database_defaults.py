@@ -1,16 +1,19 @@
-"""A database whose default isolation is stricter than READ COMMITTED.
+"""Databases whose defaults are not the server's (``ALTER DATABASE ... SET``).
 
-Some databases are set to SERIALIZABLE by default (``ALTER DATABASE ... SET
-default_transaction_isolation``), for the application's own correctness.
-The engine's statements are written for READ COMMITTED, and its sessions
-use it whatever the default: concurrent claims, acks, publishes and lock
-attempts never fail with a serialization error.
+Some are SERIALIZABLE by default, for the application's own correctness:
+the engine's statements are written for READ COMMITTED, and its sessions
+use it whatever the default, so concurrent claims, acks, publishes and lock
+attempts never fail with a serialization error. Some end idle sessions
+(``idle_session_timeout``): the LISTEN connection, idle between
+notifications, is exempt and stays up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -19,26 +22,41 @@ import pytest
 from psycopg import sql
 
 import alkstore
+from alkstore_postgres import PostgresAsyncStore, PostgresStore
 
 WORKERS = 6
 
 
-@pytest.fixture
-def serializable_dsn(dsn: str) -> Iterator[str]:
-    name = f"alkstore_serializable_{uuid.uuid4().hex[:12]}"
+@contextlib.contextmanager
+def database_set(dsn: str, **defaults: str) -> Iterator[str]:
+    """A new database with ``defaults`` (setting names and values); its DSN."""
+    name = f"alkstore_defaults_{uuid.uuid4().hex[:12]}"
     database = sql.Identifier(name)
     with psycopg.connect(dsn, autocommit=True) as admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(database))
-        admin.execute(
-            sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = 'serializable'").format(
-                database
+        for setting, value in defaults.items():
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} SET {} = {}").format(
+                    database, sql.Identifier(setting), sql.Literal(value)
+                )
             )
-        )
     try:
         yield psycopg.conninfo.make_conninfo(dsn, dbname=name)
     finally:
         with psycopg.connect(dsn, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(database))
+
+
+@pytest.fixture
+def serializable_dsn(dsn: str) -> Iterator[str]:
+    with database_set(dsn, default_transaction_isolation="serializable") as serializable:
+        yield serializable
+
+
+@pytest.fixture
+def idle_sessions_ended_dsn(dsn: str) -> Iterator[str]:
+    with database_set(dsn, idle_session_timeout="300ms") as ending:
+        yield ending
 
 
 def in_threads(work: Callable[[alkstore.Store], None], dsn: str) -> list[BaseException]:
@@ -115,5 +133,32 @@ def test_an_async_store_reads_committed_too(serializable_dsn: str) -> None:
 
             await asyncio.gather(*(drain() for _ in range(WORKERS)))
             assert sorted(handled) == list(range(300))
+
+    asyncio.run(main())
+
+
+def test_the_listen_connection_outlives_an_idle_session_timeout(
+    idle_sessions_ended_dsn: str,
+) -> None:
+    with alkstore.open(idle_sessions_ended_dsn) as store, store.listen("orders") as wakes:
+        time.sleep(1.2)  # four timeouts
+        store.notify("orders", "after the idle spell")
+        assert wakes.recv(5) == alkstore.Wake("orders")  # no reconnect wake before it
+        assert isinstance(store, PostgresStore)
+        assert store.listener_reconnects == 0
+        assert store.queue("work").enqueue("pooled connections are replaced") > 0
+
+
+def test_an_async_listen_connection_outlives_it_too(idle_sessions_ended_dsn: str) -> None:
+    async def main() -> None:
+        async with await alkstore.open_async(idle_sessions_ended_dsn) as store:
+            wakes = await store.listen("orders")
+            await asyncio.sleep(1.2)
+            await store.notify("orders", "after the idle spell")
+            assert await wakes.recv_async(5) == alkstore.Wake("orders")
+            assert isinstance(store, PostgresAsyncStore)
+            assert store.listener_reconnects == 0
+            assert await store.queue("work").enqueue("pooled connections are replaced") > 0
+            wakes.close()
 
     asyncio.run(main())
