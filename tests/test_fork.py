@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import pickle
 import subprocess
 import sys
@@ -143,6 +144,36 @@ _CHILD_EXITS_DURING_THE_PARENTS_TRANSACTION = textwrap.dedent(
 )
 
 
+_CHILD_WRITES_AFTER_A_FORK_DURING_A_WRITE = textwrap.dedent(
+    """
+    import json, os, sys
+    import alkstore
+
+    target = sys.argv[1]
+    store = alkstore.open(target)
+    tx = store.begin_tx()
+    tx.enqueue_tx("q", None, "the parent's")
+    committed, told = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.read(committed, 1)
+        with alkstore.open(target, busy_timeout_s=0.2) as own:
+            report = {"reads": [stats.name for stats in own.inspect().queues()]}
+            try:
+                own.queue("q").enqueue("the child's")
+                report["write"] = "written"
+            except alkstore.Database as exc:
+                report["write"] = str(exc)
+        print(json.dumps({"child": report}), flush=True)
+        os._exit(0)
+    tx.commit()
+    os.write(told, b"x")
+    os.waitpid(child, 0)
+    print(json.dumps({"parent": [job.payload for job in store.queue("q").claim_batch("p", 9)]}))
+    """
+)
+
+
 def _run(script: str, dsn: str) -> dict[str, object]:
     done = subprocess.run(
         [sys.executable, "-W", "ignore::DeprecationWarning", "-c", script, dsn],
@@ -152,7 +183,7 @@ def _run(script: str, dsn: str) -> dict[str, object]:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    found: dict[str, object] = {}
+    found: dict[str, object] = {"stderr": done.stderr}  # a child's error goes there
     for line in done.stdout.splitlines():
         found.update(json.loads(line))
     return found
@@ -161,6 +192,7 @@ def _run(script: str, dsn: str) -> dict[str, object]:
 @needs_fork
 def test_a_forked_child_is_refused_the_parents_store_which_keeps_working(dsn: str) -> None:
     found = _run(_REFUSED_IN_THE_CHILD, dsn)
+    assert "child" in found, found  # the parent's report holds the child's exit status
     child = found["child"]
     assert isinstance(child, dict)
     reported = {"recv", "repr", "own store"}
@@ -203,3 +235,21 @@ def test_a_store_and_what_holds_it_refuse_pickle_in_words(dsn: str) -> None:
             with pytest.raises(TypeError, match="belongs to the process that opened it"):
                 pickle.dumps(held)
         assert job.ack()  # refusing changed nothing
+
+
+@needs_fork
+def test_a_sqlite_child_forked_during_a_write_is_told_why_it_cannot_write(
+    tmp_path: pathlib.Path,
+) -> None:
+    """SQLite keeps its locks' state in the process: a child forked while a
+    write transaction was open holds that write lock in its copy for good,
+    even after the parent commits. No engine can undo that; the error says so."""
+    found = _run(_CHILD_WRITES_AFTER_A_FORK_DURING_A_WRITE, str(tmp_path / "store.db"))
+    assert "child" in found, found
+    child = found["child"]
+    assert isinstance(child, dict)
+    assert child["reads"] == ["q"]
+    assert "database is locked" in child["write"]
+    assert "forked from one that had" in child["write"]
+    assert "'spawn' or 'forkserver'" in child["write"]
+    assert found["parent"] == ["the parent's"]

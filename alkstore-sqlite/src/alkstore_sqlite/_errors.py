@@ -9,7 +9,9 @@ import threading
 
 from alkstore.engine import DriverErrors
 
-__all__ = ["met_a_lock", "transaction_ended", "transaction_opened", "translate"]
+__all__ = [
+    "inherited_at_fork", "met_a_lock", "transaction_ended", "transaction_opened", "translate",
+]  # fmt: skip
 
 
 class _OpenTransactions:
@@ -27,6 +29,23 @@ class _OpenTransactions:
 _open = _OpenTransactions()
 if hasattr(os, "register_at_fork"):  # not on Windows, which cannot fork
     os.register_at_fork(after_in_child=_open.forget_all)
+
+_inherited_files: set[str] = set()
+"""The files of the stores this process inherited, forked, from its parent."""
+
+
+def inherited_at_fork(path: str) -> None:
+    """Note, in a forked child, that the parent had a store open on ``path``."""
+    _inherited_files.add(path)
+
+
+_FORKED_HINT = (
+    "this process was forked from one that had {files} open: if a thread there was "
+    "in a write transaction at the fork, SQLite's lock state copied into this process "
+    "holds the write lock for good, and no connection of this process can write to "
+    "that file, even after the parent committed; start processes with "
+    "multiprocessing's 'spawn' or 'forkserver' method, or fork before opening a store"
+)
 
 _OWN_LOCK_HINT = (
     "this thread holds an open alkstore transaction, which holds the write lock of its "
@@ -58,6 +77,12 @@ class translate(DriverErrors):  # noqa: N801 - used like a function: `with trans
             return f"{message} ({_STALE_SNAPSHOT_HINT})"
         if _open.by_thread[threading.get_ident()]:
             return f"{message} ({_OWN_LOCK_HINT})"
+        if _inherited_files:
+            files = ", ".join(repr(path) for path in sorted(_inherited_files))
+            return (
+                f"{message} (another connection held the write lock past the busy timeout; "
+                f"{_FORKED_HINT.format(files=files)})"
+            )
         return f"{message} (another connection held the write lock past the busy timeout)"
 
 

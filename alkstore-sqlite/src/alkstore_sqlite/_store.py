@@ -23,7 +23,7 @@ from alkstore.engine import (
 )
 from alkstore_sqlite import _sql
 from alkstore_sqlite._capabilities import CAPABILITIES
-from alkstore_sqlite._errors import translate
+from alkstore_sqlite._errors import inherited_at_fork, translate
 from alkstore_sqlite._file_identity import FileWatch
 from alkstore_sqlite._inspect import SQLiteInspector
 from alkstore_sqlite._lock import LapsedLocks, SQLiteLock, acquire
@@ -85,6 +85,9 @@ class SQLiteStore(Store):
         self._watcher.poke()
 
     # Engine hooks
+
+    def _after_fork_in_child(self) -> None:
+        inherited_at_fork(self.path)  # a lock met here may be the parent's, for good
 
     def _close(self) -> None:
         self._watcher.stop()
