@@ -97,3 +97,17 @@ def test_a_store_whose_file_stays_goes_on(store: SQLiteStore) -> None:
         queue.enqueue("kept")
         time.sleep(LOOK_EVERY_S)
     assert len(queue.claim_batch("w", 10)) == 3
+
+
+def test_a_path_that_cannot_be_looked_at_is_not_taken_for_a_swap(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        raise PermissionError(13, "Permission denied", path)
+
+    store.queue("emails").enqueue("before")
+    monkeypatch.setattr(os, "stat", refused)
+    time.sleep(LOOK_EVERY_S * 2)
+    store.queue("emails").enqueue("after")  # the connections still have the file
+    monkeypatch.undo()
+    assert len(store.queue("emails").claim_batch("w", 10)) == 2

@@ -91,5 +91,7 @@ class FileWatch:
                 return
             except FileChanged as changed:
                 self.changed(changed)
+            except OSError:  # cannot look (a folder made unreadable): the file may be fine
+                return
         assert self._changed is not None
         raise FileChanged(self._changed, "what this store writes would reach no other process")
