@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import sqlite3
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,28 @@ def peer(store: SQLiteStore) -> Iterator[SQLiteStore]:
     assert isinstance(opened, SQLiteStore)
     yield opened
     opened.close()
+
+
+def restore_from_backup(path: str) -> None:
+    """What a restore does: a backup copy moved over the live file in one rename."""
+    copy = f"{path}.restored"
+    source, target = sqlite3.connect(path), sqlite3.connect(copy)
+    try:
+        source.backup(target)
+    finally:
+        source.close()
+        target.close()
+    os.replace(copy, path)
+
+
+FileSwap = tuple[Callable[[str], None], str]
+"""A way the file goes from under an open store, and what the error says of it."""
+
+
+@pytest.fixture(
+    params=[(restore_from_backup, "was replaced by another file"), (os.remove, "is gone")],
+    ids=["replaced", "deleted"],
+)
+def file_swap(request: pytest.FixtureRequest) -> FileSwap:
+    swap: FileSwap = request.param
+    return swap

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 
@@ -21,24 +20,8 @@ import alkstore
 from alkstore_sqlite import SQLiteStore
 from alkstore_sqlite._file_identity import LOOK_EVERY_S
 
-
-def restore_from_backup(path: str) -> None:
-    """What a restore does: a backup copy moved over the live file in one rename."""
-    copy = f"{path}.restored"
-    source, target = sqlite3.connect(path), sqlite3.connect(copy)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
-    os.replace(copy, path)
-
-
-SWAPS = pytest.mark.parametrize(
-    ("swap", "says"),
-    [(restore_from_backup, "was replaced by another file"), (os.remove, "is gone")],
-    ids=["replaced", "deleted"],
-)
+Swap = tuple[Callable[[str], None], str]
+"""The ``file_swap`` fixture (conftest): a way the file goes, and what the error says."""
 
 CALLS: dict[str, Callable[[SQLiteStore], object]] = {
     "enqueue": lambda store: store.queue("emails").enqueue("lost?"),
@@ -51,10 +34,10 @@ CALLS: dict[str, Callable[[SQLiteStore], object]] = {
 }
 
 
-@SWAPS
 def test_every_call_is_refused_once_the_file_is_swapped(
-    store: SQLiteStore, swap: Callable[[str], None], says: str
+    store: SQLiteStore, file_swap: Swap
 ) -> None:
+    swap, says = file_swap
     store.queue("emails").enqueue("before")
     swap(store.path)
     time.sleep(LOOK_EVERY_S * 2)
@@ -65,8 +48,9 @@ def test_every_call_is_refused_once_the_file_is_swapped(
     store.close()  # closing still works
 
 
-@SWAPS
-def test_an_async_store_is_refused_too(path: str, swap: Callable[[str], None], says: str) -> None:
+def test_an_async_store_is_refused_too(path: str, file_swap: Swap) -> None:
+    swap, says = file_swap
+
     async def main() -> None:
         async with await alkstore.open_async(path) as store:
             await store.queue("emails").enqueue("before")
@@ -80,10 +64,8 @@ def test_an_async_store_is_refused_too(path: str, swap: Callable[[str], None], s
     asyncio.run(main())
 
 
-@SWAPS
-def test_a_swap_the_watcher_sees_is_refused_at_once(
-    store: SQLiteStore, swap: Callable[[str], None], says: str
-) -> None:
+def test_a_swap_the_watcher_sees_is_refused_at_once(store: SQLiteStore, file_swap: Swap) -> None:
+    swap, says = file_swap
     wakes = store.listen("orders")
     swap(store.path)
     assert wakes.recv(5) is None  # the watcher saw it and died

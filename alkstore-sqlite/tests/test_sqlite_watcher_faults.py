@@ -7,7 +7,6 @@ lock is an outage that is waited out, logged once, and leaves no wake behind.
 from __future__ import annotations
 
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -20,18 +19,6 @@ from alkstore import Wake
 from alkstore_sqlite import SQLiteStore, _filewatch
 
 LOGGER = "alkstore.sqlite"
-
-
-def restore_from_backup(path: str) -> None:
-    """What a restore does: a backup copy moved over the live file in one rename."""
-    copy = f"{path}.restored"
-    source, target = sqlite3.connect(path), sqlite3.connect(copy)
-    try:
-        source.backup(target)
-    finally:
-        source.close()
-        target.close()
-    os.replace(copy, path)
 
 
 def records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
@@ -51,17 +38,12 @@ def watched(
     opened.close()
 
 
-@pytest.mark.parametrize(
-    ("swap", "says"),
-    [(restore_from_backup, "was replaced by another file"), (os.remove, "is gone")],
-    ids=["replaced", "deleted"],
-)
 def test_a_file_swapped_or_deleted_under_the_store_kills_the_watcher_loudly(
     watched: SQLiteStore,
     caplog: pytest.LogCaptureFixture,
-    swap: Callable[[str], None],
-    says: str,
+    file_swap: tuple[Callable[[str], None], str],
 ) -> None:
+    swap, says = file_swap
     wakes = watched.listen("orders")
     events = watched.stream("orders").subscribe("projection")
     swap(watched.path)
