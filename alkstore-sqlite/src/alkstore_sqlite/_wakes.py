@@ -35,6 +35,7 @@ from alkstore.engine import PollingWatcher, WakeSource, queue_wake_key, stream_w
 from alkstore_sqlite import _sql
 from alkstore_sqlite._file_identity import FileChanged, FileWatch, Identity, check_identity
 from alkstore_sqlite._filewatch import FolderWaiter
+from alkstore_sqlite._fork_gate import ForkGate
 from alkstore_sqlite._pool import connect
 from alkstore_sqlite._settings import Settings
 
@@ -80,6 +81,7 @@ class _FileSource(WakeSource):
         )
         self._file = file
         self._reader: _Reader | None = None
+        self._gate = ForkGate()  # every SQLite call of the watcher's thread goes inside
 
     def waiter(self) -> FolderWaiter:
         # SQLite follows symbolic links: the WAL is written next to the file they lead to.
@@ -98,12 +100,13 @@ class _FileSource(WakeSource):
         """
         with self._telling_the_store():
             check_identity(self._path, self._file.identity)
-        self._reader = _Reader.open(self._path, self._file.identity, self._settings)
+        with self._gate:
+            self._reader = _Reader.open(self._path, self._file.identity, self._settings)
 
     def look(self) -> set[str]:
         reader = self._reader
         assert reader is not None, "look() before open()"
-        with self._telling_the_store():
+        with self._telling_the_store(), self._gate:
             return reader.changes()
 
     @contextlib.contextmanager
@@ -116,7 +119,8 @@ class _FileSource(WakeSource):
 
     def close(self) -> None:
         if self._reader is not None:
-            self._reader.connection.close()
+            with self._gate:
+                self._reader.connection.close()
 
     def transient(self, error: Exception) -> sqlite3.OperationalError | None:
         """The SQLITE_BUSY or SQLITE_LOCKED error in ``error`` or its cause: someone
