@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 
 __all__ = ["ForkGate"]
@@ -44,8 +45,9 @@ class ForkGate:
 
 
 def _close_before_fork() -> None:
+    deadline = time.monotonic() + _WAIT_S  # one wait for every gate, not one each
     for gate in list(_gates):
-        if gate._inside.acquire(timeout=_WAIT_S):
+        if gate._inside.acquire(timeout=max(0.0, deadline - time.monotonic())):
             _closed_for_fork.append(gate)
 
 
