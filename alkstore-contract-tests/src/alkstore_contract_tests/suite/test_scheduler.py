@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -12,7 +13,7 @@ import pytest
 import alkstore
 from alkstore import QueueOpts, ScheduleOpts
 from alkstore.engine import StoreTarget, TestProvider
-from alkstore_contract_tests.suite._support import OpenStore, eventually, needs
+from alkstore_contract_tests.suite._support import OpenStore, needs
 
 
 class Runner:
@@ -21,6 +22,7 @@ class Runner:
     def __init__(self, store: alkstore.Store, owner: str) -> None:
         self.stop = threading.Event()
         self.errors: list[BaseException] = []
+        self.store = store
         self.thread = threading.Thread(target=self._run, args=(store, owner), daemon=True)
         self.thread.start()
 
@@ -29,6 +31,24 @@ class Runner:
             store.run_schedules(self.stop, owner=owner)
         except BaseException as exc:
             self.errors.append(exc)
+
+    def until(self, check: Callable[[], object], timeout: float = 10.0) -> None:
+        """Wait until ``check`` holds while the runner runs.
+
+        A runner that ended (``LeadershipLost`` on a machine that stalled it
+        past its lease, say) fails the wait at once with what it raised, not
+        with a timeout that hides it. The timeout is generous: a loaded
+        machine delays a boundary's fire, and the checks after the wait say
+        exactly what must have fired.
+        """
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert self.thread.is_alive(), f"run_schedules ended early: {self.errors!r}"
+            assert time.monotonic() < deadline, (
+                f"condition not met within {timeout} s; the runner is alive, "
+                f"the schedules are {self.store.inspect().schedules()!r}"
+            )
+            time.sleep(0.01)
 
     def finish(self) -> list[BaseException]:
         self.stop.set()
@@ -51,10 +71,11 @@ def boundaries_fired(store: alkstore.Store, created: alkstore.Schedule, every_s:
     return round((schedule.last_fire_at - created.next_fire_at) / every_s) + 1
 
 
-def caught_up(store: alkstore.Store) -> None:
+def caught_up(runner: Runner) -> None:
     """Wait until the one schedule's next boundary is ahead of now: its
     catch-up is over, however long a loaded machine took to fire it."""
-    eventually(lambda: store.inspect().schedules()[0].next_fire_at > time.time(), timeout=4.5)
+    store = runner.store
+    runner.until(lambda: store.inspect().schedules()[0].next_fire_at > time.time(), timeout=4.5)
 
 
 def test_schedule_upserts_by_name_and_unschedule_deletes(store: alkstore.Store) -> None:
@@ -104,7 +125,7 @@ def test_a_runner_enqueues_once_per_elapsed_boundary(
 ) -> None:
     created = store.schedule("tick", "@every 1s", "jobs", {"tick": True}, ScheduleOpts(priority=4))
     runner = Runner(store, "leader")
-    eventually(lambda: len(store.inspect().jobs("jobs")) >= 2)
+    runner.until(lambda: len(store.inspect().jobs("jobs")) >= 2)
     time.sleep(0.3)  # a runner firing a boundary twice would have by now
     assert runner.finish() == []
     jobs = drain(store, "jobs")
@@ -120,7 +141,7 @@ def test_fired_boundaries_stay_on_the_grid_and_never_drift(
     provider.shift_schedule(target, "tick", -2.5)  # one boundary 0.5 s overdue
     overdue = created.next_fire_at - 2.5
     runner = Runner(store, "leader")
-    eventually(lambda: store.inspect().queues())
+    runner.until(lambda: store.inspect().queues())
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == 1
     [schedule] = store.inspect().schedules()
@@ -140,7 +161,7 @@ def test_a_scheduled_job_is_stamped_with_the_schedule_opts_and_the_declared_queu
     for name in ("tuned", "plain"):
         provider.shift_schedule(target, name, -3_600.5)
     runner = Runner(store, "leader")
-    eventually(lambda: len(store.inspect().jobs("jobs")) == 2)
+    runner.until(lambda: len(store.inspect().jobs("jobs")) == 2)
     assert runner.finish() == []
     tuned, plain = sorted(store.inspect().jobs("jobs"), key=lambda job: job.payload != "tuned")
     assert (tuned.payload, tuned.priority, tuned.max_attempts) == ("tuned", 3, 2)
@@ -157,7 +178,7 @@ def test_only_one_of_several_runners_fires(open_store: OpenStore, scheduler_leas
     stores = [open_store() for _ in range(3)]
     created = stores[0].schedule("tick", "@every 1s", "jobs", 1)
     runners = [Runner(store, f"runner-{n}") for n, store in enumerate(stores)]
-    eventually(lambda: len(stores[0].inspect().jobs("jobs")) >= 2)
+    runners[0].until(lambda: len(stores[0].inspect().jobs("jobs")) >= 2)
     time.sleep(0.3)  # a second runner firing a boundary too would have by now
     assert [runner.finish() for runner in runners] == [[], [], []]
     assert len(drain(stores[0], "jobs")) == boundaries_fired(stores[0], created, 1.0) >= 2
@@ -185,7 +206,7 @@ def test_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward(
     created = store.schedule("tick", "@every 10s", "jobs", 1)  # next boundary: created + 10 s
     provider.shift_schedule(target, "tick", -1005.0)  # now 100 boundaries behind, next in 5 s
     runner = Runner(store, "leader")
-    caught_up(store)
+    caught_up(runner)
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == 64
     [schedule] = store.inspect().schedules()
@@ -202,7 +223,7 @@ def test_a_few_missed_boundaries_are_all_caught_up(
     created = store.schedule("tick", "@every 10s", "jobs", 1)
     provider.shift_schedule(target, "tick", -35.0)  # 3 boundaries behind, next in 5 s
     runner = Runner(store, "leader")
-    caught_up(store)
+    caught_up(runner)
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == 3
     [schedule] = store.inspect().schedules()
@@ -220,7 +241,7 @@ def test_a_schedule_remembers_the_boundary_it_fired_last_and_keeps_it_when_chang
     provider.shift_schedule(target, "tick", -2.5)  # one boundary 0.5 s overdue
     overdue = created.next_fire_at - 2.5
     runner = Runner(store, "leader")
-    eventually(lambda: store.inspect().queues())
+    runner.until(lambda: store.inspect().queues())
     assert runner.finish() == []
     [fired] = store.inspect().schedules()
     assert fired.last_fire_at == pytest.approx(overdue, abs=1e-3)
@@ -382,7 +403,7 @@ def test_a_runner_catching_up_across_the_last_dst_change_fires_each_local_time_o
     past = datetime(day.year, day.month, day.day, 0, 30, tzinfo=BERLIN).timestamp()
     provider.shift_schedule(target, "dst", past - created.next_fire_at)
     runner = Runner(store, "leader")
-    eventually(lambda: len(store.inspect().jobs("jobs")) >= fires)
+    runner.until(lambda: len(store.inspect().jobs("jobs")) >= fires)
     time.sleep(0.3)  # a runner firing too much would have by now
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == fires
@@ -398,7 +419,7 @@ def test_cron_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward(
     created = store.schedule("hourly", "@hourly", "jobs", 1)
     provider.shift_schedule(target, "hourly", -100 * 3_600.0)  # 100 boundaries behind
     runner = Runner(store, "leader")
-    eventually(lambda: len(store.inspect().jobs("jobs")) >= 64)
+    runner.until(lambda: len(store.inspect().jobs("jobs")) >= 64)
     time.sleep(0.3)
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == 64
@@ -414,7 +435,7 @@ def test_a_few_missed_cron_boundaries_are_all_caught_up(
     created = store.schedule("hourly", "0 * * * *", "jobs", 1, ScheduleOpts(tz="Asia/Tokyo"))
     provider.shift_schedule(target, "hourly", -3 * 3_600.0)
     runner = Runner(store, "leader")
-    eventually(lambda: len(store.inspect().jobs("jobs")) >= 3)
+    runner.until(lambda: len(store.inspect().jobs("jobs")) >= 3)
     time.sleep(0.3)
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == 3
