@@ -9,13 +9,8 @@ them are tested through a real server in the product's tests/test_web_live.py.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-import psycopg
 import pytest
 
 import alkstore
@@ -27,23 +22,10 @@ WAIT_S = 20.0
 LONG_PERIOD_S = 3600.0
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def dsn(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty store's target: a SQLite file, or a PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "store.db")
-        return
-    server = os.environ.get("ALKSTORE_PG_DSN")
-    if not server:
-        pytest.skip("set ALKSTORE_PG_DSN to a PostgreSQL server to run these tests")
-    try:
-        psycopg.connect(server, connect_timeout=5).close()
-    except psycopg.Error as exc:
-        pytest.skip(f"ALKSTORE_PG_DSN does not answer: {exc}")
-    schema = f"alkstore_web_overview_{uuid.uuid4().hex[:12]}"
-    yield f"{server}{'&' if '?' in server else '?'}schema={schema}"
-    with psycopg.connect(server, autocommit=True) as connection:
-        connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+@pytest.fixture
+def dsn(target: str) -> str:
+    """A fresh, empty store's target (conftest): a SQLite file, or a PostgreSQL schema."""
+    return target
 
 
 def ready(read: OverviewRead, queue: str) -> int:

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sqlite3
 import threading
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
-import psycopg
 import pytest
 
 import alkstore
@@ -36,25 +33,6 @@ WORKER_THREAD_NAMES = (
     "alkstore-handler",
 )
 """The threads a worker may start of its own; on an AsyncStore with a coroutine handler, none."""
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A fresh, empty store's target: a SQLite file, or a PostgreSQL schema."""
-    if request.param == "sqlite":
-        yield str(tmp_path / "store.db")
-        return
-    server = os.environ.get("ALKSTORE_PG_DSN")
-    if not server:
-        pytest.skip("set ALKSTORE_PG_DSN to a PostgreSQL server to run these tests")
-    try:
-        psycopg.connect(server, connect_timeout=5).close()
-    except psycopg.Error as exc:
-        pytest.skip(f"ALKSTORE_PG_DSN does not answer: {exc}")
-    schema = f"alkstore_async_worker_{uuid.uuid4().hex[:12]}"
-    yield f"{server}{'&' if '?' in server else '?'}schema={schema}"
-    with psycopg.connect(server, autocommit=True) as connection:
-        connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def run(main: Callable[[], Awaitable[T]]) -> T:
