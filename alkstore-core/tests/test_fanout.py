@@ -8,6 +8,7 @@ import pytest
 
 import alkstore
 from alkstore import Wake
+from alkstore._names import queue_wake_key, stream_wake_key
 from alkstore.engine import WakeFanout
 
 
@@ -26,6 +27,17 @@ def test_coalescing_is_the_engines_choice() -> None:
     for fanout in (coalescing, separate):
         fanout.deliver(["k", "k", "k"])
     assert [receiver.pending for receiver in receivers] == [1, 3]
+
+
+def test_wakes_of_alkstores_own_keys_coalesce_whatever_the_engine_chose() -> None:
+    """A queue's wakes only say "look again": a worker's receiver, kept while
+    it is busy, holds one however many jobs were enqueued meanwhile."""
+    separate = WakeFanout(coalesce=False)
+    queue_wakes = separate.subscribe(queue_wake_key("jobs"))
+    stream_wakes = separate.subscribe(stream_wake_key("events"))
+    user_wakes = separate.subscribe("orders")
+    separate.deliver([queue_wake_key("jobs"), stream_wake_key("events"), "orders"] * 3)
+    assert [queue_wakes.pending, stream_wakes.pending, user_wakes.pending] == [1, 1, 3]
 
 
 def test_a_reconnect_wake_reaches_every_receiver_whatever_its_key() -> None:

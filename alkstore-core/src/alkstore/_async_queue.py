@@ -26,6 +26,7 @@ from alkstore._values import JobInfo
 if TYPE_CHECKING:
     from alkstore._async_store import AsyncStore
     from alkstore._queue import Queue
+    from alkstore._receivers import WakeReceiver
 
 __all__ = ["AsyncQueue"]
 
@@ -132,14 +133,18 @@ class AsyncQueue:
         seconds = None if timeout is None else check_duration(timeout, "timeout", zero_ok=True)
         # Listening before looking: a commit between the look and the wait still wakes us.
         with await self._store._watch(queue_wake_key(self.name)) as wakes:
-            with deadline_in(seconds):
-                until_ready = await self._until_ready()
-            plan = wait_for_work(until_ready, seconds)
-            if plan is None:
-                return True
-            recv_timeout, look_again = plan
-            woken = await wakes.recv_async(recv_timeout) is not None
-            return woken or (look_again and not wakes.closed)
+            return await self._wait_watching(wakes, seconds)
+
+    async def _wait_watching(self, wakes: WakeReceiver, seconds: float | None) -> bool:
+        """``wait``, with ``wakes`` (of this queue) subscribed before the look."""
+        with deadline_in(seconds):
+            until_ready = await self._until_ready()
+        plan = wait_for_work(until_ready, seconds)
+        if plan is None:
+            return True
+        recv_timeout, look_again = plan
+        woken = await wakes.recv_async(recv_timeout) is not None
+        return woken or (look_again and not wakes.closed)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.opts}>"

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 
 from alkstore import _fork
 from alkstore._errors import Closed, Database
+from alkstore._names import RESERVED_PREFIX
 from alkstore._receivers import BufferedWakeReceiver
 from alkstore._values import Wake
 
@@ -26,7 +27,9 @@ class WakeFanout:
     when the store closes, and later subscribes raise :class:`~alkstore.Closed`.
 
     With ``coalesce`` a receiver drops a wake equal to one it holds pending
-    (engines whose wakes may coalesce); without it every delivery queues.
+    (engines whose wakes may coalesce); without it every delivery queues,
+    except to receivers of alkstore's own keys (``RESERVED_PREFIX``), which
+    always coalesce: those wakes only say "look again".
     ``on_unsubscribe(key)`` runs after the owner of a receiver of ``key``
     closed it (not when :meth:`fail` or :meth:`close` did), outside the
     fan-out's lock: an engine that listens per key (``LISTEN``) stops there
@@ -59,7 +62,10 @@ class WakeFanout:
             Database: the wake path failed (the cause chained).
             Closed: the fan-out was closed with its store.
         """
-        receiver = BufferedWakeReceiver(key, coalesce=self._coalesce, on_close=self._forget)
+        # The wakes of alkstore's own keys (a queue's, a stream's) say "look again",
+        # however many came: a receiver kept across a worker's parks holds one.
+        coalesce = self._coalesce or key.startswith(RESERVED_PREFIX)
+        receiver = BufferedWakeReceiver(key, coalesce=coalesce, on_close=self._forget)
         with self._lock:
             self._check_usable()
             self._receivers.setdefault(key, set()).add(receiver)

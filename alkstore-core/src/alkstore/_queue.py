@@ -17,6 +17,7 @@ from alkstore._tracing import stamp_unless_traced, traced_enqueue
 from alkstore._values import JobInfo
 
 if TYPE_CHECKING:
+    from alkstore._receivers import WakeReceiver
     from alkstore._store import Store
 
 __all__ = [
@@ -177,13 +178,17 @@ class Queue(abc.ABC):
         seconds = None if timeout is None else check_duration(timeout, "timeout", zero_ok=True)
         # Listening before looking: a commit between the look and the wait still wakes us.
         with self._store._watch(queue_wake_key(self.name)) as wakes:
-            with deadline_in(seconds):
-                until_ready = self._until_ready()
-            plan = wait_for_work(until_ready, seconds)
-            if plan is None:
-                return True
-            recv_timeout, look_again = plan
-            return wakes.recv(recv_timeout) is not None or (look_again and not wakes.closed)
+            return self._wait_watching(wakes, seconds)
+
+    def _wait_watching(self, wakes: WakeReceiver, seconds: float | None) -> bool:
+        """``wait``, with ``wakes`` (of this queue) subscribed before the look."""
+        with deadline_in(seconds):
+            until_ready = self._until_ready()
+        plan = wait_for_work(until_ready, seconds)
+        if plan is None:
+            return True
+        recv_timeout, look_again = plan
+        return wakes.recv(recv_timeout) is not None or (look_again and not wakes.closed)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.opts}>"

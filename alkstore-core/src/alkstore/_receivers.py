@@ -249,7 +249,13 @@ class BufferedWakeReceiver(WakeReceiver):
         return bool(self._pending) or self._closed
 
     def _wake_async_waiters(self) -> None:
+        # A feeder on the waiters' own loop (an async LISTEN task) resolves them
+        # at once: no trip through the loop's self-pipe, no extra turn of the loop.
+        here = asyncio._get_running_loop()
         for loop, waiter in self._async_waiters:
+            if loop is here:
+                resolve_future(waiter)
+                continue
             # A closed event loop raises RuntimeError: nobody awaits there any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(resolve_future, waiter)

@@ -31,6 +31,7 @@ from alkstore._errors import Closed, Error
 from alkstore._handler_shapes import check_result, is_coroutine_handler
 from alkstore._handler_threads import HandlerThreads, complete_from_thread
 from alkstore._job import ClaimedJob, Job
+from alkstore._parking import AsyncParking, Parking
 from alkstore._queue import Queue
 from alkstore._run_stats import call_to_completion
 from alkstore._tracing import handling
@@ -61,6 +62,7 @@ class QueuePort(Protocol):
     async def release(self, job: ClaimedJob[Any]) -> bool: ...
     async def heartbeat(self, job: ClaimedJob[Any], extend_s: float) -> bool: ...
     async def exists(self, job: ClaimedJob[Any]) -> bool: ...
+    def close(self) -> None: ...
 
 
 class AsyncQueuePort:
@@ -69,6 +71,7 @@ class AsyncQueuePort:
     def __init__(self, queue: AsyncQueue, worker_id: str) -> None:
         self._queue = queue
         self._worker_id = worker_id
+        self._parking = AsyncParking(queue)
 
     async def claim(self, n: int) -> list[ClaimedJob[Any]]:
         if n == 1:
@@ -77,7 +80,7 @@ class AsyncQueuePort:
         return list(await self._queue.claim_batch(self._worker_id, n))
 
     async def wait(self, timeout: float) -> None:
-        await self._queue.wait(timeout)
+        await self._parking.wait(timeout)
 
     async def ack(self, job: ClaimedJob[Any]) -> bool:
         return await _async(job).ack()
@@ -94,6 +97,9 @@ class AsyncQueuePort:
     async def exists(self, job: ClaimedJob[Any]) -> bool:
         return await self._queue.get_job(job.id) is not None
 
+    def close(self) -> None:
+        self._parking.close()
+
 
 class OffloadedQueuePort:
     """A sync :class:`~alkstore.Queue`'s calls, each on a thread."""
@@ -101,6 +107,7 @@ class OffloadedQueuePort:
     def __init__(self, queue: Queue, worker_id: str) -> None:
         self._queue = queue
         self._worker_id = worker_id
+        self._parking = Parking(queue)
 
     async def claim(self, n: int) -> list[ClaimedJob[Any]]:
         if n == 1:
@@ -115,7 +122,7 @@ class OffloadedQueuePort:
 
         def park() -> None:
             try:
-                self._queue.wait(timeout)
+                self._parking.wait(timeout)
             except Exception as exc:
                 complete_from_thread(loop, parked, None, exc)
             else:
@@ -138,6 +145,9 @@ class OffloadedQueuePort:
 
     async def exists(self, job: ClaimedJob[Any]) -> bool:
         return await asyncio.to_thread(self._queue.get_job, job.id) is not None
+
+    def close(self) -> None:
+        self._parking.close()
 
 
 class AsyncRunner:
@@ -192,6 +202,7 @@ class AsyncRunner:
                 await asyncio.gather(relay, keeper, return_exceptions=True)
                 self._ledger.on_change(None)
                 self._handler_threads.close()
+                self._port.close()
 
     def _on_abort_or_hurry(self) -> None:
         if self._ledger.aborted is not None:

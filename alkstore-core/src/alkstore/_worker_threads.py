@@ -3,8 +3,9 @@
 One dispatch thread (the caller's) claims, in batches when work is plentiful,
 and parks on the queue's wakes when idle; ``concurrency`` handler threads run
 the handlers; a keeper thread heartbeats every held job well before its
-deadline; a parking thread blocks in ``queue.wait`` so the dispatcher stays
-free to see ``stop``. The decisions are the ledger's (``_worker_ledger``).
+deadline; a parking thread blocks in the queue's wait (on a subscription kept
+for the run, ``_parking``) so the dispatcher stays free to see ``stop``. The
+decisions are the ledger's (``_worker_ledger``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, cast
 
 from alkstore._errors import Closed, Error
 from alkstore._job import Job
+from alkstore._parking import Parking
 from alkstore._run_stats import call_to_completion
 from alkstore._signals import SIGNAL_CHECK_S
 from alkstore._store import StopSignal
@@ -57,6 +59,7 @@ class ThreadRunner:
         self._handler = handler
         self._grace_s = grace_s
         self._idle_wait_s = idle_wait_s
+        self._parking = Parking(queue)
         self._running = True
         self._park_requested = False
         self._woken = False
@@ -152,7 +155,7 @@ class ThreadRunner:
 
     def _park(self) -> None:
         try:
-            self._queue.wait(self._idle_wait_s)
+            self._parking.wait(self._idle_wait_s)
         except Closed:
             return
         except Error as exc:
@@ -272,6 +275,7 @@ class ThreadRunner:
         with self._ledger.changed:
             self._running = False
             self._ledger.changed.notify_all()
+        self._parking.close()
         self._await_running()
         self._release(self._ledger.all_held())
 
