@@ -59,7 +59,10 @@ class _StandingWakes:
             wakes.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "subscribed" if self._wakes else "not subscribed yet"
+        if self._closed:
+            state = "closed"
+        else:
+            state = "not subscribed yet" if self._wakes is None else "subscribed"
         return f"<{type(self).__name__} {self._queue_name!r} {state}>"
 
 
