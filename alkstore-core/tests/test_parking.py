@@ -43,6 +43,15 @@ def store(target: str) -> Iterator[alkstore.Store]:
         yield opened
 
 
+def await_kept_wake(parking: Parking | AsyncParking) -> None:
+    """Wait until the parking's receiver holds the wake of the last enqueue
+    (delivered after the commit, by a thread or task of the engine's own)."""
+    deadline = time.monotonic() + WAIT_S
+    while parking._wakes is None or not getattr(parking._wakes, "pending", 0):
+        assert time.monotonic() < deadline, "the enqueue's wake never reached the receiver"
+        time.sleep(0.005)
+
+
 def feed_one_at_a_time(queue: alkstore.Queue, handled: list[int], jobs: int) -> None:
     """Enqueue ``jobs`` jobs, each once the one before was handled: the worker parks between."""
     for n in range(jobs):
@@ -102,7 +111,8 @@ def test_wakes_that_came_before_a_park_do_not_end_it(store: alkstore.Store) -> N
     parking = Parking(queue)
     try:
         assert not parking.wait(0.05)  # subscribed; nothing came
-        queue.enqueue("gone before the next park")  # a wake, kept by the receiver
+        queue.enqueue("gone before the next park")
+        await_kept_wake(parking)
         job = queue.claim_one("w")
         assert job is not None
         assert job.ack()
@@ -160,6 +170,7 @@ def test_an_async_parking_drops_old_wakes_and_ends_on_a_new_one(target: str) -> 
             try:
                 assert not await parking.wait(0.05)
                 await queue.enqueue("gone before the next park")
+                await asyncio.to_thread(await_kept_wake, parking)
                 job = await queue.claim_one("w")
                 assert job is not None
                 assert await job.ack()
