@@ -75,6 +75,12 @@ class Database(Error):
     operation took effect is unknown unless the engine documents otherwise.
     """
 
+    permanent: bool = False
+    """Whether trying again cannot help until the store is reopened (the SQLite
+    file was replaced under the open store, say). A Worker, Consumer or
+    schedule runner rides out an outage, but stops on a permanent error and
+    raises it."""
+
 
 class StreamTrimmed(Error, LookupError):
     """Events the read asked for were trimmed from the stream (``Stream.trim``).

@@ -100,7 +100,8 @@ class WakeFanout:
 
     def fail(self, error: BaseException, what: str) -> None:
         """The wake path died: close every receiver; later subscribes raise
-        ``Database(what)`` with ``error`` chained. Only the first failure counts."""
+        ``Database(what)`` with ``error`` chained, a permanent error (only
+        reopening the store brings wakes back). Only the first failure counts."""
         failure = Database(what)
         failure.__cause__ = error
         with self._lock:
@@ -134,7 +135,9 @@ class WakeFanout:
     def _check_usable(self) -> None:
         # Called with the lock held.
         if self._failure is not None:
-            raise Database(str(self._failure)) from self._failure.__cause__
+            refused = Database(str(self._failure))
+            refused.permanent = True
+            raise refused from self._failure.__cause__
         if self._closed:
             raise Closed("the store is closed")
 

@@ -1,5 +1,8 @@
 """Riding out a database outage: one warning per outage, jittered backoff, one
-info when it is over. Every long-running runner reports its calls to one."""
+info when it is over. Every long-running runner reports its calls to one.
+
+An error no pause can cure (``Database.permanent``) is not an outage: it ends
+the runner, which raises it."""
 
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ import threading
 import time
 
 from alkstore._backoff import backoff_ceiling
+from alkstore._errors import Database
 
-__all__ = ["OUTAGE_MAX_PAUSE_S", "Outage"]
+__all__ = ["OUTAGE_MAX_PAUSE_S", "Outage", "is_permanent"]
 
 OUTAGE_MAX_PAUSE_S = 3.0
 """The longest a runner waits between two tries while the database fails."""
@@ -32,7 +36,9 @@ class Outage:
     are capped at :data:`OUTAGE_MAX_PAUSE_S`, with jitter so that many runners
     do not retry in step. Once the database has answered for
     :data:`_STEADY_S` without a failure, the outage is over and an info record
-    says how long it lasted. Safe to use from several threads.
+    says how long it lasted. A permanent error (``Database.permanent``) is
+    no outage: it is logged once, as an error, and :meth:`failed` raises it,
+    which ends the runner. Safe to use from several threads.
     """
 
     def __init__(self, log: logging.Logger, runner: str) -> None:
@@ -44,9 +50,19 @@ class Outage:
         """When the current outage's first failure happened (monotonic)."""
         self._answered_at: float | None = None
         """When the database first answered again during the current outage."""
+        self._ended = False
+        """Whether a permanent error ended the runner (logged once)."""
 
     def failed(self, action: str, error: BaseException) -> float:
-        """Note that ``action`` failed with ``error``; return the pause before the next try."""
+        """Note that ``action`` failed with ``error``; return the pause before the next try.
+
+        Raises:
+            Database: ``error`` itself, when it is permanent: logged once, as
+                the end of the runner rather than an outage.
+        """
+        if is_permanent(error):
+            self.ended_by(action, error)
+            raise error
         now = time.monotonic()
         with self._lock:
             self._end_if_steady(now)
@@ -65,6 +81,18 @@ class Outage:
         else:
             self._log.debug("%s: %s failed again: %s", self._runner, action, _first_line(error))
         return _pause(failures)
+
+    def ended_by(self, action: str, error: BaseException) -> None:
+        """Log that ``action`` failed with a permanent ``error``, which ends the
+        runner: once, however many of its calls then meet the error."""
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
+        self._log.error(
+            "%s: %s failed, and trying again cannot help; stopping: %s",
+            self._runner, action, _first_line(error),
+        )  # fmt: skip
 
     def succeeded(self) -> None:
         """Note that a database call succeeded."""
@@ -86,6 +114,11 @@ class Outage:
         self._since = self._answered_at = None
         self._failures = 0
         self._log.info("%s: recovered after %.1f s of database failures", self._runner, lasted)
+
+
+def is_permanent(error: BaseException) -> bool:
+    """Whether ``error`` is one no retry can cure (``Database.permanent``)."""
+    return isinstance(error, Database) and error.permanent
 
 
 def _pause(failures: int) -> float:

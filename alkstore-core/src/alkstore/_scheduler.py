@@ -35,7 +35,7 @@ from alkstore._every import MAX_CATCH_UP, FirePlan, plan_cron_fires, plan_fires
 from alkstore._lock import Lock
 from alkstore._names import SCHEDULER_LOCK, SCHEDULES_WAKE_KEY
 from alkstore._options import ScheduleOpts
-from alkstore._outage import Outage
+from alkstore._outage import Outage, is_permanent
 from alkstore._receivers import WakeReceiver
 
 if TYPE_CHECKING:
@@ -371,4 +371,5 @@ def _release(lock: Lock, outage: Outage) -> None:
     try:
         lock.release()
     except (Database, Closed) as exc:
-        outage.failed(f"releasing {SCHEDULER_LOCK!r} (it lapses within {lock.ttl_s:g} s)", exc)
+        if not is_permanent(exc):  # the run raises a permanent one: nothing more to say
+            outage.failed(f"releasing {SCHEDULER_LOCK!r} (it lapses within {lock.ttl_s:g} s)", exc)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from alkstore._job import ClaimedJob, describe_error
-from alkstore._outage import Outage
+from alkstore._outage import Outage, is_permanent
 from alkstore._run_stats import RunStats
 
 __all__ = ["BEAT_ROUND", "JOB_LOG_FIELDS", "Held", "Ledger", "Verdict", "job_fields"]
@@ -204,11 +204,21 @@ class Ledger:
         return self.default_lease_s
 
     def claim_failed(self, error: BaseException) -> float:
-        """A claim or a park failed; return the pause before trying again."""
-        return self.outage.failed(f"claiming from {self.queue_name!r}", error)
+        """A claim failed; return the pause before trying again."""
+        return self._outage_pause(f"claiming from {self.queue_name!r}", error)
 
     def park_failed(self, error: BaseException) -> float:
-        return self.outage.failed(f"waiting on {self.queue_name!r}", error)
+        """A park failed; return the pause before trying again."""
+        return self._outage_pause(f"waiting on {self.queue_name!r}", error)
+
+    def _outage_pause(self, action: str, error: BaseException) -> float:
+        """The pause before trying ``action`` again; none when ``error`` is
+        permanent, which stops the worker (its run raises ``error``)."""
+        if is_permanent(error):
+            self.outage.ended_by(action, error)
+            self.abort(error)
+            return 0.0
+        return self.outage.failed(action, error)
 
     def answered(self) -> None:
         """A database call succeeded."""
@@ -295,14 +305,17 @@ class Ledger:
         no longer holds it: the job is then claimed and run again (at least once).
         """
         held.settle_unknown = True
-        pause = self.outage.failed(f"settling job {held.job.id}", error)
+        pause = self._outage_pause(f"settling job {held.job.id}", error)
+        if is_permanent(error):
+            return None
         if time.monotonic() + pause >= held.lapses_at or not self.holds(held):
             return None
         return pause
 
     def release_failed(self, held: Held, error: BaseException) -> None:
         # The claim lapses by itself at its deadline; the job is then claimed again.
-        self.outage.failed(f"releasing job {held.job.id}", error)
+        if not is_permanent(error):  # the run raises it: no outage to report
+            self.outage.failed(f"releasing job {held.job.id}", error)
 
     def holds(self, held: Held) -> bool:
         with self.changed:
@@ -439,7 +452,7 @@ class Ledger:
 
     def beat_failed(self, held: Held, error: BaseException) -> None:
         # Not lost yet: the claim holds until its deadline. Try again soon.
-        pause = self.outage.failed(f"heartbeating job {held.job.id}", error)
+        pause = self._outage_pause(f"heartbeating job {held.job.id}", error)
         held.beat_at = time.monotonic() + min(pause, held.lease_s / 3)
 
     # Stopping
