@@ -877,6 +877,26 @@ def test_worker_exits_1_when_a_handler_raises_system_exit_releasing_its_claims(
     assert (job.state, job.attempts) == ("pending", 0)
 
 
+def test_worker_exits_1_when_its_sqlite_file_is_deleted_under_it(tmp_path: Path) -> None:
+    # No retry reaches the new file (or none): retrying for ever would be a
+    # process that looks alive and works for no one. A supervisor restarts it.
+    (tmp_path / "quiet_handler.py").write_text("def handle(job):\n    pass\n")
+    path = tmp_path / "store.db"
+    with alkstore.open(str(path)) as store:
+        store.queue("q").enqueue("before")
+    with started("worker", "q", "quiet_handler:handle", "--dsn", str(path), cwd=tmp_path) as worker:
+        assert worker.stderr is not None
+        read_until(worker.stderr.fileno(), "Ctrl-C to stop")
+        path.unlink()
+        _, err = worker.communicate(timeout=20)  # it must end by itself
+    said = err.decode()
+    assert worker.returncode == 1, said
+    assert "trying again cannot help; stopping" in said
+    assert said.rstrip().endswith("is gone (deleted or moved away) while the store had it open; "
+                                  "what this store writes would reach no other process: "
+                                  "reopen the store")  # fmt: skip
+
+
 def test_run_schedules_stands_by_again_after_losing_leadership(tmp_path: Path) -> None:
     path = tmp_path / "store.db"
     dsn = f"sqlite:///{path}?scheduler_lease_s=0.6"

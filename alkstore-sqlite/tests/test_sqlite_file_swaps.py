@@ -10,9 +10,12 @@ wake watcher has seen it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +76,26 @@ def test_a_swap_the_watcher_sees_is_refused_at_once(store: SQLiteStore, file_swa
         store.queue("emails").enqueue("lost?")
 
 
+def test_a_file_deleted_before_the_store_connected_again_is_not_made_anew(path: str) -> None:
+    # The store keeps no connection between its open and its first call: a
+    # new one must not create an empty file (which the freed inode could
+    # make look like the old one), and the call must say what happened.
+    with alkstore.open(path) as store:
+        os.remove(path)
+        with pytest.raises(alkstore.Database, match=r"is gone .*reopen the store"):
+            store.queue("emails").enqueue("lost?")
+        assert not os.path.exists(path)
+
+
+def test_a_path_with_uri_characters_opens_its_own_file(tmp_path: Path) -> None:
+    # Connections after the first open the file by URI: the name is quoted.
+    odd = str(tmp_path / "a ?b#c%41 d.db")
+    with alkstore.open(odd) as store:
+        store.queue("emails").enqueue("kept")
+        assert len(store.queue("emails").claim_batch("w", 10)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".db") == ["a ?b#c%41 d.db"]
+
+
 def test_a_store_whose_file_stays_goes_on(store: SQLiteStore) -> None:
     queue = store.queue("emails")
     for _ in range(3):
@@ -93,3 +116,142 @@ def test_a_path_that_cannot_be_looked_at_is_not_taken_for_a_swap(
     store.queue("emails").enqueue("after")  # the connections still have the file
     monkeypatch.undo()
     assert len(store.queue("emails").claim_batch("w", 10)) == 2
+
+
+# The runners: a swap is no outage to ride out. Each stops, logs one error,
+# and raises FileChanged, instead of retrying against the old file for ever.
+
+RUNNER_ENDS_WITHIN_S = 10.0
+
+
+def _runs_until_raised(run: Callable[[threading.Event], object]) -> BaseException:
+    """Start ``run(stop)`` on a thread; what it raised once it ended by itself."""
+    stop = threading.Event()
+    raised: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            run(stop)
+        except BaseException as exc:
+            raised.append(exc)
+
+    runner = threading.Thread(target=target, daemon=True)
+    runner.start()
+    runner.join(RUNNER_ENDS_WITHIN_S)
+    stop.set()
+    runner.join(RUNNER_ENDS_WITHIN_S)
+    assert not runner.is_alive(), "the runner did not end, even once told to stop"
+    assert raised, f"the runner did not end within {RUNNER_ENDS_WITHIN_S} s of the swap"
+    return raised[0]
+
+
+def _assert_ended_by_swap(
+    error: BaseException, says: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # FileChanged itself, or the dead wake watcher's refusal, which names it
+    assert isinstance(error, alkstore.Database), repr(error)
+    assert error.permanent
+    assert says in str(error)
+    ends = [r for r in caplog.records if "trying again cannot help; stopping" in r.getMessage()]
+    assert len(ends) == 1, [r.getMessage() for r in caplog.records]  # once, however many calls
+    assert ends[0].levelno == logging.ERROR
+
+
+@pytest.mark.parametrize("busy", [False, True], ids=["parked", "working"])
+def test_a_worker_stops_on_a_swap_and_raises_it(
+    store: SQLiteStore, file_swap: Swap, busy: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    swap, says = file_swap
+    queue = store.queue("emails")
+    handled = threading.Event()
+
+    def handler(job: alkstore.Job) -> None:
+        handled.set()
+        if busy:
+            time.sleep(LOOK_EVERY_S * 3)  # the swap lands while it runs
+
+    worker = alkstore.Worker(store, queue, handler, idle_wait_s=0.2, grace_s=1)
+
+    def run(stop: threading.Event) -> None:
+        queue.enqueue("first")
+        threading.Timer(0.3, swap, (store.path,)).start()
+        worker.run(stop)
+
+    _assert_ended_by_swap(_runs_until_raised(run), says, caplog)
+    assert handled.is_set()
+
+
+def test_an_async_worker_stops_on_a_swap_and_raises_it(
+    path: str, file_swap: Swap, caplog: pytest.LogCaptureFixture
+) -> None:
+    swap, says = file_swap
+
+    async def main() -> BaseException:
+        async with await alkstore.open_async(path) as store:
+            queue = store.queue("emails")
+            await queue.enqueue("first")
+            worker = alkstore.Worker(store, queue, lambda job: None, idle_wait_s=0.2)
+            asyncio.get_running_loop().call_later(0.3, swap, path)
+            with pytest.raises(alkstore.Database) as raised:
+                await asyncio.wait_for(worker.run_async(asyncio.Event()), RUNNER_ENDS_WITHIN_S)
+            return raised.value
+
+    _assert_ended_by_swap(asyncio.run(main()), says, caplog)
+
+
+def test_a_consumer_stops_on_a_swap_and_raises_it(
+    store: SQLiteStore, file_swap: Swap, caplog: pytest.LogCaptureFixture
+) -> None:
+    swap, says = file_swap
+    orders = store.stream("orders")
+    seen: list[object] = []
+    consumer = alkstore.Consumer(
+        store, orders, "billing", lambda e: seen.append(e.payload), idle_wait_s=0.2
+    )
+
+    def run(stop: threading.Event) -> None:
+        orders.publish("first")
+        threading.Timer(0.3, swap, (store.path,)).start()
+        consumer.run(stop)
+
+    _assert_ended_by_swap(_runs_until_raised(run), says, caplog)
+    assert seen == ["first"]
+
+
+def test_an_async_consumer_stops_on_a_swap_and_raises_it(
+    path: str, file_swap: Swap, caplog: pytest.LogCaptureFixture
+) -> None:
+    swap, says = file_swap
+    seen: list[object] = []
+
+    async def main() -> BaseException:
+        async with await alkstore.open_async(path) as store:
+            orders = store.stream("orders")
+            await orders.publish("first")
+            consumer = alkstore.Consumer(
+                store, orders, "billing", lambda e: seen.append(e.payload), idle_wait_s=0.2
+            )
+            asyncio.get_running_loop().call_later(0.3, swap, path)
+            with pytest.raises(alkstore.Database) as raised:
+                await asyncio.wait_for(consumer.run_async(asyncio.Event()), RUNNER_ENDS_WITHIN_S)
+            return raised.value
+
+    _assert_ended_by_swap(asyncio.run(main()), says, caplog)
+    assert seen == ["first"]
+
+
+def test_a_schedule_runner_stops_on_a_swap_and_raises_it(
+    path: str, file_swap: Swap, caplog: pytest.LogCaptureFixture
+) -> None:
+    swap, says = file_swap
+    store = alkstore.open(path, scheduler_lease_s=0.6)
+    try:
+        store.schedule("tick", "@every 1s", "ticks", None)
+
+        def run(stop: threading.Event) -> None:
+            threading.Timer(0.3, swap, (path,)).start()
+            store.run_schedules(stop)
+
+        _assert_ended_by_swap(_runs_until_raised(run), says, caplog)
+    finally:
+        store.close()

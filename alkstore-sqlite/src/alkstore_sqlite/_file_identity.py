@@ -27,6 +27,8 @@ about as long as a short claim: not one per call)."""
 class FileChanged(Database):
     """The database file was deleted or replaced under the open store."""
 
+    permanent = True  # no retry reaches the new file: the store must be reopened
+
     def __init__(self, reason: str, consequence: str) -> None:
         super().__init__(f"{reason}; {consequence}: reopen the store")
         self.reason = reason
@@ -76,6 +78,11 @@ class FileWatch:
         looking first when the last look is old enough (called on every lease)."""
         if time.monotonic() >= self._next_look:
             self._look()
+
+    def look(self) -> None:
+        """Look now (a connection to the path failed): raise :class:`FileChanged`
+        if the file changed."""
+        self._look()
 
     def changed(self, error: FileChanged) -> None:
         """Record that the file changed (seen here, or by the wake watcher)."""

@@ -22,6 +22,7 @@ import logging
 import os
 import sqlite3
 import threading
+import urllib.parse
 from typing import TypeAlias
 
 from alkstore import Closed, Database
@@ -55,19 +56,23 @@ _WAL_LOOK_AGAIN_EVERY = 4
 WAL grows by every write until one does, so the next try comes sooner."""
 
 
-def connect(path: str, settings: Settings) -> sqlite3.Connection:
+def connect(path: str, settings: Settings, *, create: bool = False) -> sqlite3.Connection:
     """Open a connection in autocommit mode with the engine's pragmas.
 
     Transactions are explicit (``BEGIN IMMEDIATE`` for writes), so a
     transaction never has to upgrade a read lock and cannot deadlock on it.
+    Only opening the store creates the file (``create``): a connection made
+    later, once the file was deleted, must fail rather than start an empty
+    one, which could even take the old file's inode and pass for it.
     """
     with translate(f"opening {path!r}"):
         connection = sqlite3.connect(
-            path,
+            path if create else _existing_file_uri(path),
             timeout=settings.busy_timeout_s,
             isolation_level=None,
             check_same_thread=False,
             cached_statements=256,
+            uri=not create,
         )
         try:
             synchronous = "FULL" if settings.durability == "full" else "NORMAL"
@@ -78,6 +83,12 @@ def connect(path: str, settings: Settings) -> sqlite3.Connection:
             connection.close()
             raise
     return connection
+
+
+def _existing_file_uri(path: str) -> str:
+    """A URI that opens the file at ``path`` for reading and writing, never creating it."""
+    # Bytes, so that a name that is not UTF-8 (os.fsdecode's surrogates) is quoted as it is.
+    return f"file://{urllib.parse.quote(os.fsencode(os.path.abspath(path)))}?mode=rw"
 
 
 def begin(connection: sqlite3.Connection) -> None:
@@ -155,7 +166,11 @@ class ConnectionPool:
                 raise Closed("the store is closed")
             if self._idle:
                 return self._idle.pop()
-        return connect(self._path, self._settings)
+        try:
+            return connect(self._path, self._settings)
+        except Database:
+            self._file.look()  # a file gone or replaced says so, not "unable to open"
+            raise
 
     def prompt(self) -> _PromptMode:
         """``with pool.prompt():`` the block's first connection, on this thread, is

@@ -215,7 +215,7 @@ def _prepare_file(path: str, settings: Settings) -> None:
             (newer, altered or damaged: the message names what is wrong).
     """
     _check_place(path)
-    connection = connect(path, settings)
+    connection = connect(path, settings, create=True)
     try:
         with translate(f"preparing {path!r}"):
             mode = _switch_to_wal(connection, settings.busy_timeout_s)

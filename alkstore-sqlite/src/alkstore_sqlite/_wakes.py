@@ -31,6 +31,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 
+from alkstore import Database
 from alkstore.engine import PollingWatcher, WakeSource, queue_wake_key, stream_wake_key
 from alkstore_sqlite import _sql
 from alkstore_sqlite._file_identity import FileChanged, FileWatch, Identity, check_identity
@@ -101,7 +102,12 @@ class _FileSource(WakeSource):
         with self._telling_the_store():
             check_identity(self._path, self._file.identity)
         with self._gate:
-            self._reader = _Reader.open(self._path, self._file.identity, self._settings)
+            try:
+                self._reader = _Reader.open(self._path, self._file.identity, self._settings)
+            except Database:
+                with self._telling_the_store():  # gone since: say so, not "unable to open"
+                    check_identity(self._path, self._file.identity)
+                raise
 
     def look(self) -> set[str]:
         reader = self._reader
