@@ -178,9 +178,18 @@ def test_only_one_of_several_runners_fires(open_store: OpenStore, scheduler_leas
     stores = [open_store() for _ in range(3)]
     created = stores[0].schedule("tick", "@every 1s", "jobs", 1)
     runners = [Runner(store, f"runner-{n}") for n, store in enumerate(stores)]
-    runners[0].until(lambda: len(stores[0].inspect().jobs("jobs")) >= 2)
+    deadline = time.monotonic() + 10
+    while len(stores[0].inspect().jobs("jobs")) < 2:
+        assert any(runner.thread.is_alive() for runner in runners), "every runner ended"
+        assert time.monotonic() < deadline, "two boundaries did not fire within 10 s"
+        time.sleep(0.01)
     time.sleep(0.3)  # a second runner firing a boundary too would have by now
-    assert [runner.finish() for runner in runners] == [[], [], []]
+    # A leader stalled past its short lease on a loaded machine loses the lease
+    # to a standby and says so (LeadershipLost): a handover, not a second
+    # leader. What must hold is that each boundary fired once, by one runner.
+    ended = [error for runner in runners for error in runner.finish()]
+    assert all(isinstance(error, alkstore.LeadershipLost) for error in ended), ended
+    assert len(ended) < len(runners), f"no runner kept leading: {ended!r}"
     assert len(drain(stores[0], "jobs")) == boundaries_fired(stores[0], created, 1.0) >= 2
 
 
