@@ -306,11 +306,8 @@ class Ledger:
         """
         held.settle_unknown = True
         pause = self._outage_pause(f"settling job {held.job.id}", error)
-        if is_permanent(error):
-            return None
-        if time.monotonic() + pause >= held.lapses_at or not self.holds(held):
-            return None
-        return pause
+        lapses = time.monotonic() + pause >= held.lapses_at
+        return None if is_permanent(error) or lapses or not self.holds(held) else pause
 
     def release_failed(self, held: Held, error: BaseException) -> None:
         # The claim lapses by itself at its deadline; the job is then claimed again.

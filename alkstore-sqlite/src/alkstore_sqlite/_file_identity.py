@@ -77,12 +77,7 @@ class FileWatch:
         """Raise :class:`FileChanged` once the file is known to have changed,
         looking first when the last look is old enough (called on every lease)."""
         if time.monotonic() >= self._next_look:
-            self._look()
-
-    def look(self) -> None:
-        """Look now (a connection to the path failed): raise :class:`FileChanged`
-        if the file changed."""
-        self._look()
+            self.look()
 
     def changed(self, error: FileChanged) -> None:
         """Record that the file changed (seen here, or by the wake watcher)."""
@@ -90,7 +85,9 @@ class FileWatch:
             self._changed = error.reason
         self._next_look = -math.inf  # every check raises from now on
 
-    def _look(self) -> None:
+    def look(self) -> None:
+        """Look now (as when a connection to the path failed): raise
+        :class:`FileChanged` if the file changed."""
         if self._changed is None:
             self._next_look = time.monotonic() + LOOK_EVERY_S
             try:
