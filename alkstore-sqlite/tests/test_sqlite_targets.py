@@ -132,6 +132,17 @@ def test_every_other_sqlite_form_is_refused_naming_the_accepted_ones_and_creates
     assert _root_entries(token) == []
 
 
+@pytest.mark.parametrize(
+    "form", ["{name}/", "./{name}/", ".", "..", "{name}/..", "sqlite:///{name}/"]
+)
+def test_a_path_written_as_a_folder_is_refused_and_creates_nothing(
+    form: str, cwd: Path, tmp_path: Path, token: str
+) -> None:
+    with pytest.raises(ValueError, match="names a folder, not a file"):
+        alkstore.open(form.format(name=token))
+    assert _files_under(tmp_path) == set()
+
+
 def test_a_url_with_a_host_never_shows_its_password(cwd: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="names no host") as raised:
         alkstore.open("sqlite://admin:pa/ss-word@db.example/app.db")

@@ -70,7 +70,8 @@ def parse_target(target: str) -> tuple[str, dict[str, str]]:
             ``sqlite://``, ``sqlite:``, ``sqlite:/x``, ``sqlite:x``), an
             in-memory database, a ``file:`` URI, a PostgreSQL ``key=value``
             connection string (the message never repeats it: it may hold a
-            password), or no path at all. The message lists the accepted forms.
+            password), no path at all, or a path written as a folder
+            (``data/``, ``.``, ``..``). The message lists the accepted forms.
     """
     if _is_conninfo(target):
         raise ValueError(_CONNINFO_REFUSED)
@@ -84,7 +85,22 @@ def parse_target(target: str) -> tuple[str, dict[str, str]]:
         raise ValueError(_CONNINFO_REFUSED)
     if not path:
         raise ValueError(f"{target!r} names no file; {_ACCEPTED_FORMS}")
+    _refuse_folder_form(target, path)
     return os.path.abspath(path), options
+
+
+def _refuse_folder_form(target: str, path: str) -> None:
+    """Refuse ``data/``, ``.`` and ``..``: written as folders, whether or not they exist.
+
+    ``os.path.abspath`` would drop the trailing separator, and the store would
+    create a file where the caller meant a folder.
+    """
+    separators = (os.sep, os.altsep) if os.altsep else (os.sep,)
+    if path.endswith(separators) or os.path.basename(path) in (".", ".."):
+        raise ValueError(
+            f"{target!r} names a folder, not a file; give the path of a database file "
+            f"in it, such as {os.path.join(path, 'app.db')!r}"
+        )
 
 
 _ACCEPTED_FORMS = (
