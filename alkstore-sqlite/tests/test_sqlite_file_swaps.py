@@ -124,6 +124,22 @@ def test_a_path_that_cannot_be_looked_at_is_not_taken_for_a_swap(
 RUNNER_ENDS_WITHIN_S = 10.0
 
 
+def _swap_once(
+    handled: threading.Event, swap: Callable[[str], object], path: str, after_s: float
+) -> None:
+    """Swap the file at ``path`` ``after_s`` after ``handled`` is set, from a thread:
+    a loaded machine may take its time to hand a runner its first item, and a swap
+    on a fixed timer could land before it. Swaps anyway if it never is, so the
+    runner still ends and the test says what it missed."""
+
+    def later() -> None:
+        if handled.wait(RUNNER_ENDS_WITHIN_S):
+            time.sleep(after_s)
+        swap(path)
+
+    threading.Thread(target=later, daemon=True).start()
+
+
 def _runs_until_raised(run: Callable[[threading.Event], object]) -> BaseException:
     """Start ``run(stop)`` on a thread; what it raised once it ended by itself."""
     stop = threading.Event()
@@ -174,7 +190,8 @@ def test_a_worker_stops_on_a_swap_and_raises_it(
 
     def run(stop: threading.Event) -> None:
         queue.enqueue("first")
-        threading.Timer(0.3, swap, (store.path,)).start()
+        # working: during the handler; parked: once the worker waits again
+        _swap_once(handled, swap, store.path, LOOK_EVERY_S / 2 if busy else 0.3)
         worker.run(stop)
 
     _assert_ended_by_swap(_runs_until_raised(run), says, caplog)
@@ -190,8 +207,9 @@ def test_an_async_worker_stops_on_a_swap_and_raises_it(
         async with await alkstore.open_async(path) as store:
             queue = store.queue("emails")
             await queue.enqueue("first")
-            worker = alkstore.Worker(store, queue, lambda job: None, idle_wait_s=0.2)
-            asyncio.get_running_loop().call_later(0.3, swap, path)
+            handled = threading.Event()
+            worker = alkstore.Worker(store, queue, lambda job: handled.set(), idle_wait_s=0.2)
+            _swap_once(handled, swap, path, 0.3)
             with pytest.raises(alkstore.Database) as raised:
                 await asyncio.wait_for(worker.run_async(asyncio.Event()), RUNNER_ENDS_WITHIN_S)
             return raised.value
@@ -205,13 +223,17 @@ def test_a_consumer_stops_on_a_swap_and_raises_it(
     swap, says = file_swap
     orders = store.stream("orders")
     seen: list[object] = []
-    consumer = alkstore.Consumer(
-        store, orders, "billing", lambda e: seen.append(e.payload), idle_wait_s=0.2
-    )
+    handled = threading.Event()
+
+    def handler(event: alkstore.StreamEvent) -> None:
+        seen.append(event.payload)
+        handled.set()
+
+    consumer = alkstore.Consumer(store, orders, "billing", handler, idle_wait_s=0.2)
 
     def run(stop: threading.Event) -> None:
         orders.publish("first")
-        threading.Timer(0.3, swap, (store.path,)).start()
+        _swap_once(handled, swap, store.path, 0.3)
         consumer.run(stop)
 
     _assert_ended_by_swap(_runs_until_raised(run), says, caplog)
@@ -223,15 +245,18 @@ def test_an_async_consumer_stops_on_a_swap_and_raises_it(
 ) -> None:
     swap, says = file_swap
     seen: list[object] = []
+    handled = threading.Event()
+
+    def handler(event: alkstore.StreamEvent) -> None:
+        seen.append(event.payload)
+        handled.set()
 
     async def main() -> BaseException:
         async with await alkstore.open_async(path) as store:
             orders = store.stream("orders")
             await orders.publish("first")
-            consumer = alkstore.Consumer(
-                store, orders, "billing", lambda e: seen.append(e.payload), idle_wait_s=0.2
-            )
-            asyncio.get_running_loop().call_later(0.3, swap, path)
+            consumer = alkstore.Consumer(store, orders, "billing", handler, idle_wait_s=0.2)
+            _swap_once(handled, swap, path, 0.3)
             with pytest.raises(alkstore.Database) as raised:
                 await asyncio.wait_for(consumer.run_async(asyncio.Event()), RUNNER_ENDS_WITHIN_S)
             return raised.value
