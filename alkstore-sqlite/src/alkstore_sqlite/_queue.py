@@ -84,17 +84,18 @@ class SQLiteQueue(Queue):
 
     def _claim(self, worker_id: str, n: int) -> list[Job]:
         now = time.time()
+        statement = _sql.CLAIM_ONE if n == 1 else _sql.CLAIM
         claim = (now, worker_id, self.name, now, now, n, self.name, now)
         with translate(f"claim from {self.name!r}"), self._store.connection() as connection:
             # The common case: one statement, atomic by itself. A claim that
             # lapses meanwhile is returned by the next claim.
-            rows = connection.execute(_sql.CLAIM, claim).fetchall()
+            rows = connection.execute(statement, claim).fetchall()
             if not rows:
-                rows = self._claim_after_lapses(connection, claim, now)
+                rows = self._claim_after_lapses(connection, statement, claim, now)
         return [self._job(row, worker_id) for row in rows]
 
     def _claim_after_lapses(
-        self, connection: sqlite3.Connection, claim: tuple[Any, ...], now: float
+        self, connection: sqlite3.Connection, statement: str, claim: tuple[Any, ...], now: float
     ) -> list[Any]:
         """The claim again, once lapsed claims are released, if there were any.
 
@@ -103,10 +104,10 @@ class SQLiteQueue(Queue):
         one in between, and the queue is not empty just because of that.
         """
         if not connection.execute(_sql.ANY_LAPSED, (self.name, now)).fetchone():
-            return connection.execute(_sql.CLAIM, claim).fetchall()
+            return connection.execute(statement, claim).fetchall()
         with transaction(connection):
             self._release_lapsed(connection, now)
-            return connection.execute(_sql.CLAIM, claim).fetchall()
+            return connection.execute(statement, claim).fetchall()
 
     def _release_lapsed(self, connection: sqlite3.Connection, now: float) -> None:
         connection.execute(_sql.LAPSED_TO_DEAD, (LAPSED_ON_LAST_ATTEMPT, now, self.name, now))
