@@ -90,25 +90,23 @@ def test_context_manager_closes() -> None:
 
 
 def test_recv_async_waits_without_blocking_the_loop() -> None:
-    async def scenario() -> tuple[Wake | None, int]:
+    # The wake comes (from another thread) only once the loop has run a task
+    # ten times during the wait: a recv_async that blocked the loop would
+    # never see it, however fast or loaded the machine.
+    async def scenario() -> Wake | None:
         receiver = BufferedWakeReceiver("orders")
-        ticks = 0
 
         async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
+            for _ in range(10):
                 await asyncio.sleep(0.001)
+            threading.Thread(target=receiver.deliver, args=[Wake("orders")]).start()
 
         ticking = asyncio.create_task(ticker())
-        threading.Timer(0.05, receiver.deliver, [Wake("orders")]).start()
         wake = await receiver.recv_async(5)
-        ticking.cancel()
-        return wake, ticks
+        await ticking
+        return wake
 
-    wake, ticks = asyncio.run(scenario())
-    assert wake == Wake("orders")
-    assert ticks > 5
+    assert asyncio.run(scenario()) == Wake("orders")
 
 
 def test_recv_async_times_out_and_ends_on_close() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -11,6 +10,7 @@ import pytest
 import alkstore
 from alkstore import ConsumerStats, EnqueueOpts, LockInfo, QueueOpts, QueueStats, StreamStats
 from alkstore.engine import StoreTarget, TestProvider
+from alkstore_contract_tests.suite._runner import Runner
 from alkstore_contract_tests.suite._support import eventually, needs, start_thread
 
 
@@ -310,15 +310,13 @@ def test_inspect_leaves_out_an_expired_lock(
 def test_inspect_shows_the_scheduler_lock_while_a_runner_leads_and_not_after(
     store: alkstore.Store, scheduler_lease_s: float
 ) -> None:
-    stop = threading.Event()
-    runner = start_thread(lambda: store.run_schedules(stop, owner="the-leader"))
+    runner = Runner(store, "the-leader", sole=True)
     try:
         [held] = eventually(lambda: store.inspect().locks())
         assert (held.name, held.owner) == (alkstore.SCHEDULER_LOCK, "the-leader")
     finally:
-        stop.set()
-        runner.join(10)
-    assert not runner.is_alive()
+        errors = runner.finish()
+    assert errors == []
     assert store.inspect().locks() == []
 
 

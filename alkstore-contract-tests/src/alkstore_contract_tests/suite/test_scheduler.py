@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -13,48 +11,8 @@ import pytest
 import alkstore
 from alkstore import QueueOpts, ScheduleOpts
 from alkstore.engine import StoreTarget, TestProvider
+from alkstore_contract_tests.suite._runner import Runner
 from alkstore_contract_tests.suite._support import OpenStore, needs
-
-
-class Runner:
-    """``run_schedules`` in a thread, keeping what it raised."""
-
-    def __init__(self, store: alkstore.Store, owner: str) -> None:
-        self.stop = threading.Event()
-        self.errors: list[BaseException] = []
-        self.store = store
-        self.thread = threading.Thread(target=self._run, args=(store, owner), daemon=True)
-        self.thread.start()
-
-    def _run(self, store: alkstore.Store, owner: str) -> None:
-        try:
-            store.run_schedules(self.stop, owner=owner)
-        except BaseException as exc:
-            self.errors.append(exc)
-
-    def until(self, check: Callable[[], object], timeout: float = 10.0) -> None:
-        """Wait until ``check`` holds while the runner runs.
-
-        A runner that ended (``LeadershipLost`` on a machine that stalled it
-        past its lease, say) fails the wait at once with what it raised, not
-        with a timeout that hides it. The timeout is generous: a loaded
-        machine delays a boundary's fire, and the checks after the wait say
-        exactly what must have fired.
-        """
-        deadline = time.monotonic() + timeout
-        while not check():
-            assert self.thread.is_alive(), f"run_schedules ended early: {self.errors!r}"
-            assert time.monotonic() < deadline, (
-                f"condition not met within {timeout} s; the runner is alive, "
-                f"the schedules are {self.store.inspect().schedules()!r}"
-            )
-            time.sleep(0.01)
-
-    def finish(self) -> list[BaseException]:
-        self.stop.set()
-        self.thread.join(30)
-        assert not self.thread.is_alive(), "run_schedules ignored its stop event"
-        return self.errors
 
 
 def drain(store: alkstore.Store, queue: str) -> list[alkstore.Job]:
@@ -124,7 +82,7 @@ def test_a_runner_enqueues_once_per_elapsed_boundary(
     store: alkstore.Store, scheduler_lease_s: float
 ) -> None:
     created = store.schedule("tick", "@every 1s", "jobs", {"tick": True}, ScheduleOpts(priority=4))
-    runner = Runner(store, "leader")
+    runner = Runner(store, "leader", sole=True)
     runner.until(lambda: len(store.inspect().jobs("jobs")) >= 2)
     time.sleep(0.3)  # a runner firing a boundary twice would have by now
     assert runner.finish() == []
@@ -140,7 +98,7 @@ def test_fired_boundaries_stay_on_the_grid_and_never_drift(
     created = store.schedule("tick", "@every 2s", "jobs", 1)
     provider.shift_schedule(target, "tick", -2.5)  # one boundary 0.5 s overdue
     overdue = created.next_fire_at - 2.5
-    runner = Runner(store, "leader")
+    runner = Runner(store, "leader", sole=True)
     runner.until(lambda: store.inspect().queues())
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == 1
@@ -160,7 +118,7 @@ def test_a_scheduled_job_is_stamped_with_the_schedule_opts_and_the_declared_queu
     store.schedule("plain", "@every 1h", "jobs", "plain")
     for name in ("tuned", "plain"):
         provider.shift_schedule(target, name, -3_600.5)
-    runner = Runner(store, "leader")
+    runner = Runner(store, "leader", sole=True)
     runner.until(lambda: len(store.inspect().jobs("jobs")) == 2)
     assert runner.finish() == []
     tuned, plain = sorted(store.inspect().jobs("jobs"), key=lambda job: job.payload != "tuned")
@@ -223,7 +181,7 @@ def test_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward(
     needs(provider, "shift_schedule")
     created = store.schedule("tick", "@every 10s", "jobs", 1)  # next boundary: created + 10 s
     provider.shift_schedule(target, "tick", -1005.0)  # now 100 boundaries behind, next in 5 s
-    runner = Runner(store, "leader")
+    runner = Runner(store, "leader", sole=True)
     caught_up(runner)
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == 64
@@ -240,7 +198,7 @@ def test_a_few_missed_boundaries_are_all_caught_up(
     needs(provider, "shift_schedule")
     created = store.schedule("tick", "@every 10s", "jobs", 1)
     provider.shift_schedule(target, "tick", -35.0)  # 3 boundaries behind, next in 5 s
-    runner = Runner(store, "leader")
+    runner = Runner(store, "leader", sole=True)
     caught_up(runner)
     assert runner.finish() == []
     assert len(drain(store, "jobs")) == 3
@@ -258,7 +216,7 @@ def test_a_schedule_remembers_the_boundary_it_fired_last_and_keeps_it_when_chang
     assert [s.last_fire_at for s in store.inspect().schedules()] == [None]
     provider.shift_schedule(target, "tick", -2.5)  # one boundary 0.5 s overdue
     overdue = created.next_fire_at - 2.5
-    runner = Runner(store, "leader")
+    runner = Runner(store, "leader", sole=True)
     runner.until(lambda: store.inspect().queues())
     assert runner.finish() == []
     [fired] = store.inspect().schedules()
@@ -283,7 +241,7 @@ def test_a_leader_that_cannot_renew_raises_leadership_lost(
     leader = Runner(store, "leader")
     time.sleep(0.2)
     provider.expire_lock(target, alkstore.SCHEDULER_LOCK)
-    usurper = Runner(peer, "usurper")
+    usurper = Runner(peer, "usurper", sole=True)
     leader.thread.join(scheduler_lease_s * 3 + 2)
     errors = leader.finish()
     assert usurper.finish() == []
@@ -420,7 +378,7 @@ def test_a_runner_catching_up_across_the_last_dst_change_fires_each_local_time_o
     created = store.schedule("dst", spec, "jobs", 1, ScheduleOpts(tz="Europe/Berlin"))
     past = datetime(day.year, day.month, day.day, 0, 30, tzinfo=BERLIN).timestamp()
     provider.shift_schedule(target, "dst", past - created.next_fire_at)
-    runner = Runner(store, "leader")
+    runner = Runner(store, "leader", sole=True)
     runner.until(lambda: len(store.inspect().jobs("jobs")) >= fires)
     time.sleep(0.3)  # a runner firing too much would have by now
     assert runner.finish() == []
@@ -436,7 +394,7 @@ def test_cron_catch_up_fires_at_most_64_missed_boundaries_then_skips_forward(
     clear_of_the_hour()
     created = store.schedule("hourly", "@hourly", "jobs", 1)
     provider.shift_schedule(target, "hourly", -100 * 3_600.0)  # 100 boundaries behind
-    runner = Runner(store, "leader")
+    runner = Runner(store, "leader", sole=True)
     runner.until(lambda: len(store.inspect().jobs("jobs")) >= 64)
     time.sleep(0.3)
     assert runner.finish() == []
@@ -452,7 +410,7 @@ def test_a_few_missed_cron_boundaries_are_all_caught_up(
     clear_of_the_hour()
     created = store.schedule("hourly", "0 * * * *", "jobs", 1, ScheduleOpts(tz="Asia/Tokyo"))
     provider.shift_schedule(target, "hourly", -3 * 3_600.0)
-    runner = Runner(store, "leader")
+    runner = Runner(store, "leader", sole=True)
     runner.until(lambda: len(store.inspect().jobs("jobs")) >= 3)
     time.sleep(0.3)
     assert runner.finish() == []

@@ -17,6 +17,7 @@ import pytest
 import alkstore
 from alkstore import EnqueueOpts, QueueOpts, ScheduleOpts
 from alkstore.engine import StoreTarget
+from alkstore_contract_tests.suite._runner import Runner
 from alkstore_contract_tests.suite._support import finish, spawn
 
 
@@ -257,14 +258,12 @@ def test_a_keyed_schedule_does_not_pile_up_while_its_run_is_live(
 ) -> None:
     """Boundaries fired while the previous run is still live add no job."""
     store.schedule("tick", "@every 1s", "ticks", "tick", ScheduleOpts(key="tick"))
-    stop = threading.Event()
-    runner = threading.Thread(target=store.run_schedules, args=(stop,))
-    runner.start()
+    runner = Runner(store, "leader", sole=True)
     try:
         time.sleep(3.5)
     finally:
-        stop.set()
-        runner.join(scheduler_lease_s + 10)
+        errors = runner.finish()
+    assert errors == []
     jobs = live_jobs(store, "ticks")
     assert len(jobs) == 1
     assert jobs[0].key == "tick"
