@@ -19,6 +19,7 @@ import pytest
 
 import alkstore
 from alkstore import AsyncStore, QueueOpts
+from alkstore._async_open import OffloadedStore
 from alkstore._offload import OFFLOAD_THREADS
 
 T = TypeVar("T")
@@ -62,6 +63,23 @@ def test_a_closed_store_refuses_like_the_sync_one(tmp_path: Path) -> None:
 
 
 _BAD_INPUT = (alkstore.Error, TypeError, ValueError)
+
+
+def test_a_store_made_outside_any_loop_belongs_to_the_first_that_uses_it(tmp_path: Path) -> None:
+    store = OffloadedStore(alkstore.open(tmp_path / "a.db"))  # as an engine's sync code might
+    first = asyncio.new_event_loop()
+    try:
+        assert first.run_until_complete(store.queue("q").enqueue(1)) == 1
+
+        async def elsewhere() -> None:
+            with pytest.raises(RuntimeError, match=r"belongs to the event loop .* \(still open\)"):
+                await store.queue("q").enqueue(2)
+
+        asyncio.run(elsewhere())
+        first.run_until_complete(store.close())
+    finally:
+        first.close()
+    assert store.closed
 
 
 @pytest.mark.parametrize(

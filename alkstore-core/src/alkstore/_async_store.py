@@ -73,8 +73,36 @@ class AsyncStore(StoreBasics):
         self._last_turn = 0.0  # when a prompt call last gave the loop a turn
         self._prompt_call: _PromptCall | Literal[False] | None = None
         """The companion's ``_without_waiting``; False if it has none; None before it opens."""
+        self._loop = _running_loop()
+        """The event loop the store belongs to: the one it was made in, or first used in."""
 
     # Lifecycle
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise self._closed_error()
+        if _running_loop() is not self._loop:
+            self._check_loop()
+
+    def _check_loop(self) -> None:
+        """Refuse a call made on an event loop other than the store's.
+
+        Connections, pools and wake listeners live on the loop the store was
+        opened in: used from another, a store would half work (a pool that
+        cannot refill, wakes that never come). A plain call (a handle getter)
+        from code outside any loop is fine.
+        """
+        running = _running_loop()
+        if running is None or running is self._loop:
+            return
+        if self._loop is None:
+            self._loop = running
+            return
+        state = "now closed" if self._loop.is_closed() else "still open"
+        raise RuntimeError(
+            f"{self!r} belongs to the event loop it was opened in ({state}), "
+            "not this one: open a store in each event loop (each asyncio.run) that uses one"
+        )
 
     def _disown_after_fork(self, parent_pid: int) -> None:
         self._companion_lock = threading.Lock()  # another thread may have held it
@@ -88,6 +116,7 @@ class AsyncStore(StoreBasics):
         """
         if self._closed:
             return
+        self._check_loop()
         self._closed = True
         for tx in list(self._open_txs):
             await tx._end_with_store()
@@ -392,3 +421,7 @@ def _prompt_entry(companion: Store) -> _PromptCall | Literal[False]:
     if type(companion)._without_waiting is Store._without_waiting:
         return False
     return companion._without_waiting
+
+
+_running_loop: Callable[[], asyncio.AbstractEventLoop | None] = asyncio._get_running_loop
+"""The running loop of this thread, or None: asyncio's own check, without an exception."""
