@@ -118,8 +118,9 @@ class AsyncStore(StoreBasics):
             return
         self._check_loop()
         self._closed = True
-        for tx in list(self._open_txs):
-            await tx._end_with_store()
+        # All at once: one's rollback may wait for a statement under way on it,
+        # which may wait on a row lock that another of them holds.
+        await asyncio.gather(*(tx._end_with_store() for tx in list(self._open_txs)))
         try:
             await self._close()
         finally:

@@ -8,6 +8,7 @@ import inspect
 import os
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterator
@@ -44,6 +45,9 @@ __all__ = [
 
 
 T = TypeVar("T")
+
+_BUSY_TX_POLL_S = 0.002
+"""How often ``close`` looks again at a transaction busy with a statement."""
 
 
 class StopSignal(Protocol):
@@ -143,7 +147,8 @@ class Store(StoreBasics, abc.ABC):
 
         A transaction still open on one of the store's connections is rolled
         back first (its later ``commit`` raises ``Closed``), so nothing it
-        wrote stays held: no lock, no connection. A transaction adopted with
+        wrote stays held: no lock, no connection; a statement under way on it
+        in another thread is let finish first. A transaction adopted with
         :meth:`adopt_tx` belongs to the caller and is left alone.
         """
         with self._lifecycle_lock:
@@ -151,8 +156,10 @@ class Store(StoreBasics, abc.ABC):
                 return
             self._closed = True
             open_txs = list(self._open_txs)
-        for tx in open_txs:
-            tx._end_with_store()
+        # Each as soon as no statement is under way on it: a statement may be
+        # waiting on a row lock that another of them holds.
+        while open_txs := [tx for tx in open_txs if not tx._end_with_store(wait=False)]:
+            time.sleep(_BUSY_TX_POLL_S)
         self._close()
 
     def __enter__(self) -> Store:
@@ -338,6 +345,12 @@ class Store(StoreBasics, abc.ABC):
                 return tx
         tx._end_with_store()
         raise Closed(f"{self!r} closed while the transaction began")
+
+    def _closing_ends(self, tx: TxHandle) -> bool:
+        """Whether ``close`` rolls ``tx`` back and has begun: it is closed, and
+        ``tx`` is one of its own (not adopted). A forked child's copy of a store
+        is closed too, but what it holds is the parent's, never to be touched."""
+        return self._closed and self._inherited_from is None and tx in self._open_txs
 
     def _forget_tx(self, tx: TxHandle) -> None:
         with self._lifecycle_lock:

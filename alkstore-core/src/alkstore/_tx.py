@@ -115,7 +115,10 @@ class TxHandle(abc.ABC):
         self._store = store
         self.state = TxState.OPEN
         """Where the transaction stands: open, committed or rolled back."""
-        self._ending = threading.Lock()  # commit, rollback and the store's close race
+        self._in_use = threading.RLock()
+        """Held by every call that runs a statement, commit and rollback
+        included, and by the store's close: a thread closing the store waits
+        for a statement under way instead of ending the transaction beneath it."""
         self._rolled_back_by_close = False
 
     @property
@@ -129,27 +132,31 @@ class TxHandle(abc.ABC):
         The job is stamped with the QueueOpts that ``store.queue(queue, opts)``
         last declared in this Store, else the defaults.
         """
-        self._check_writable()
-        queue = check_name(queue, "queue")
-        stamp = self._store._stamp(self._store._declared_queue_opts(queue), opts)
-        return self._traced_enqueue_tx(queue, stamp, encode(payload))
+        with self._in_use:
+            self._check_writable()
+            queue = check_name(queue, "queue")
+            stamp = self._store._stamp(self._store._declared_queue_opts(queue), opts)
+            return self._traced_enqueue_tx(queue, stamp, encode(payload))
 
     def publish_tx(self, stream: str, payload: object) -> int:
         """Publish an event in this transaction; return its offset."""
-        self._check_writable()
-        return self._publish_tx(check_name(stream, "stream"), None, encode(payload))
+        with self._in_use:
+            self._check_writable()
+            return self._publish_tx(check_name(stream, "stream"), None, encode(payload))
 
     def publish_with_key_tx(self, stream: str, key: str, payload: object) -> int:
         """Publish a keyed event in this transaction; return its offset."""
-        self._check_writable()
-        stream = check_name(stream, "stream")
-        return self._publish_tx(stream, check_key(key), encode(payload))
+        with self._in_use:
+            self._check_writable()
+            stream = check_name(stream, "stream")
+            return self._publish_tx(stream, check_key(key), encode(payload))
 
     def notify_tx(self, channel: str, payload: object) -> None:
         """Notify ``channel`` when (and only if) this transaction commits."""
-        self._check_writable()
-        channel = check_name(channel, "channel")
-        self._notify_tx(channel, self._store._check_notify_payload(encode(payload)))
+        with self._in_use:
+            self._check_writable()
+            channel = check_name(channel, "channel")
+            self._notify_tx(channel, self._store._check_notify_payload(encode(payload)))
 
     def save_offset_tx(self, stream: str, consumer: str, offset: int) -> bool:
         """Advance ``consumer``'s offset in this transaction; True if it moved forward.
@@ -158,11 +165,12 @@ class TxHandle(abc.ABC):
             ValueError: ``offset`` is past the stream's head, as this
                 transaction sees it.
         """
-        self._check_writable()
-        stream = check_name(stream, "stream")
-        consumer = check_identifier(consumer, "consumer name")
-        offset = check_offset(offset)
-        return False if offset == 0 else self._save_offset_tx(stream, consumer, offset)
+        with self._in_use:
+            self._check_writable()
+            stream = check_name(stream, "stream")
+            consumer = check_identifier(consumer, "consumer name")
+            offset = check_offset(offset)
+            return False if offset == 0 else self._save_offset_tx(stream, consumer, offset)
 
     def outbox_enqueue_tx(self, outbox: str, opts: EnqueueOpts | None, payload: object) -> int:
         """Put a send into ``outbox`` in this transaction; return its job id.
@@ -170,10 +178,11 @@ class TxHandle(abc.ABC):
         Takes the outbox name; the backing queue ``__alkstore_outbox:{outbox}``
         is derived here, and is reachable no other way.
         """
-        self._check_writable()
-        outbox = check_name(outbox, "outbox")
-        stamp = self._store._stamp(OUTBOX_QUEUE_OPTS, opts)
-        return self._traced_enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
+        with self._in_use:
+            self._check_writable()
+            outbox = check_name(outbox, "outbox")
+            stamp = self._store._stamp(OUTBOX_QUEUE_OPTS, opts)
+            return self._traced_enqueue_tx(outbox_queue_name(outbox), stamp, encode(payload))
 
     def execute(self, sql: str, params: Params = ()) -> list[tuple[Any, ...]]:
         """Run the business write ``sql`` (the engine's dialect) in this transaction.
@@ -187,9 +196,10 @@ class TxHandle(abc.ABC):
         Raises:
             ValueError: the SQL names a ``:name`` that ``params`` lacks.
         """
-        self._check_writable()
-        sql, params = portable_params(check_sql(sql), params, self.paramstyle)
-        return self._execute(sql, params)
+        with self._in_use:
+            self._check_writable()
+            sql, params = portable_params(check_sql(sql), params, self.paramstyle)
+            return self._execute(sql, params)
 
     @property
     @abc.abstractmethod
@@ -223,7 +233,7 @@ class TxHandle(abc.ABC):
 
     def _finish(self, hook: Callable[[], None], ended: TxState) -> None:
         self._check_active()
-        with self._ending:
+        with self._in_use:
             self._check_active()  # the store may have closed (and rolled us back) meanwhile
             try:
                 hook()
@@ -237,18 +247,29 @@ class TxHandle(abc.ABC):
                     self.state = ended
                 self._store._forget_tx(self)
 
-    def _end_with_store(self) -> None:
-        """Roll back because the store is closing; never raises."""
-        with self._ending:
-            if self.state is not TxState.OPEN:
-                return
-            try:
-                self._rollback()
-            except Exception:
-                log.warning("rolling back %r while closing its store failed", self, exc_info=True)
-            finally:
-                self.state = TxState.ROLLED_BACK
-                self._rolled_back_by_close = True
+    def _end_with_store(self, *, wait: bool = True) -> bool:
+        """Roll back because the store is closing; never raises.
+
+        Returns False, having done nothing, when ``wait`` is False and a
+        statement is under way on another thread.
+        """
+        if not self._in_use.acquire(blocking=wait):
+            return False
+        try:
+            if self.state is TxState.OPEN:
+                self._roll_back_for_close()
+        finally:
+            self._in_use.release()
+        return True
+
+    def _roll_back_for_close(self) -> None:
+        try:
+            self._rollback()
+        except Exception:
+            log.warning("rolling back %r while closing its store failed", self, exc_info=True)
+        finally:
+            self.state = TxState.ROLLED_BACK
+            self._rolled_back_by_close = True
 
     def _ended_elsewhere(self) -> Database:
         """For engines: the driver says the transaction already ended (a COMMIT or
@@ -301,6 +322,10 @@ class TxHandle(abc.ABC):
         return traced_enqueue(queue, stamp, lambda s: self._enqueue_tx(queue, s, payload_json))
 
     def _check_active(self) -> None:
+        if self.state is TxState.OPEN and self._store._closing_ends(self):
+            # The store's close may not have reached us yet (it waits for the
+            # statements under way, which may wait on our locks): end now.
+            self._end_with_store()
         self._store._check_open()  # first: closing the store also rolled us back
         if self.state is not TxState.OPEN:
             raise Closed(f"this transaction is already {self.state.value}")

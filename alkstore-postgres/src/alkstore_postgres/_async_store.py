@@ -44,6 +44,7 @@ from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import (
     RECONNECT_GIVE_UP_S,
     CheckoutClock,
+    closed_if_pool_is,
     configure_listener_async,
     configure_session_async,
     connect_kwargs,
@@ -208,7 +209,7 @@ class PostgresAsyncStore(AsyncStore):
         try:
             clock = CheckoutClock(self.settings.connect_timeout_s, wait_budget, self.pool)
             for wait_s in clock.waits():
-                with contextlib.suppress(psycopg_pool.PoolTimeout):
+                with contextlib.suppress(psycopg_pool.PoolTimeout), closed_if_pool_is(self):
                     return await self.pool.getconn(timeout=wait_s)
             raise clock.gave_up()
         finally:

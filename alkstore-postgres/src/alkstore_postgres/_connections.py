@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import select
 import time
@@ -11,12 +12,14 @@ from typing import Any
 import psycopg
 import psycopg_pool
 
+from alkstore import AsyncStore, Closed, Store
 from alkstore_postgres._settings import Settings
 
 __all__ = [
     "CHECKOUT_SLICE_S",
     "RECONNECT_GIVE_UP_S",
     "CheckoutClock",
+    "closed_if_pool_is",
     "configure_listener",
     "configure_listener_async",
     "configure_session",
@@ -190,3 +193,20 @@ def has_input(descriptor: int) -> bool:
         poller.register(descriptor, select.POLLIN)
         return bool(poller.poll(0))
     return bool(select.select([descriptor], [], [], 0)[0])
+
+
+@contextlib.contextmanager
+def closed_if_pool_is(store: Store | AsyncStore) -> Iterator[None]:
+    """Turn the pool's ``PoolClosed`` into the store's ``Closed`` once the store is closed.
+
+    A call that passed the store's open check, then waited for a connection
+    while another thread or task closed the store, meets a closed pool: it
+    says the store is closed, as a call made after ``close()`` does, not
+    ``Database``.
+    """
+    try:
+        yield
+    except psycopg_pool.PoolClosed:
+        if store.closed:
+            raise Closed(f"{store!r} is closed") from None
+        raise

@@ -16,6 +16,7 @@ from alkstore_postgres._capabilities import CAPABILITIES
 from alkstore_postgres._connections import (
     RECONNECT_GIVE_UP_S,
     CheckoutClock,
+    closed_if_pool_is,
     configure_listener,
     configure_session,
     connect_kwargs,
@@ -160,7 +161,7 @@ class PostgresStore(Store):
         """A connection from the pool, asking again every ``CHECKOUT_SLICE_S``."""
         clock = CheckoutClock(self.settings.connect_timeout_s, wait_budget, self.pool)
         for wait_s in clock.waits():
-            with contextlib.suppress(psycopg_pool.PoolTimeout):
+            with contextlib.suppress(psycopg_pool.PoolTimeout), closed_if_pool_is(self):
                 return self.pool.getconn(timeout=wait_s)
         raise clock.gave_up()
 
