@@ -37,6 +37,9 @@ T = TypeVar("T")
 _PromptCall = Callable[..., Any]
 """``Store._without_waiting`` of a companion: ``call(hook, *args)``, or ``WouldWait``."""
 
+_BEGIN_POLL_S = 0.002
+"""How often ``close`` looks again for a ``begin_tx`` under way to end."""
+
 PROMPT_TURN_S = 0.002
 """Calls an engine runs on the loop's thread (``Store._without_waiting``) give
 the loop a turn at least this often, so its other tasks never wait longer."""
@@ -70,6 +73,7 @@ class AsyncStore(StoreBasics):
         self._companion_store: Store | None = None
         self._companion_lock = threading.Lock()
         self._open_txs: weakref.WeakSet[AsyncTxHandle] = weakref.WeakSet()
+        self._begins_under_way = 0
         self._last_turn = 0.0  # when a prompt call last gave the loop a turn
         self._prompt_call: _PromptCall | Literal[False] | None = None
         """The companion's ``_without_waiting``; False if it has none; None before it opens."""
@@ -119,8 +123,10 @@ class AsyncStore(StoreBasics):
         self._check_loop()
         self._closed = True
         # All at once: one's rollback may wait for a statement under way on it,
-        # which may wait on a row lock that another of them holds.
-        await asyncio.gather(*(tx._end_with_store() for tx in list(self._open_txs)))
+        # which may wait on a row lock that another of them holds; and a begin
+        # under way may wait on one too, then ends what it began.
+        ending = [tx._end_with_store() for tx in list(self._open_txs)]
+        await asyncio.gather(*ending, self._begins_ended())
         try:
             await self._close()
         finally:
@@ -243,7 +249,15 @@ class AsyncStore(StoreBasics):
     async def begin_tx(self) -> AsyncTxHandle:
         """Open a transaction for a business write and ``*_tx`` side effects."""
         self._check_open()
-        return self._track_tx(await self._begin_tx())
+        self._begins_under_way += 1
+        try:
+            tx = await self._begin_tx()
+            if self._closed:  # the close did not know of it: end it before close goes on
+                await tx._end_with_store()
+                raise Closed(f"{self!r} closed while the transaction began")
+        finally:
+            self._begins_under_way -= 1
+        return self._track_tx(tx)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncTxHandle]:
@@ -279,6 +293,10 @@ class AsyncStore(StoreBasics):
         return self._inspect()
 
     # Helpers for engines and mechanism handles
+
+    async def _begins_ended(self) -> None:
+        while self._begins_under_way:
+            await asyncio.sleep(_BEGIN_POLL_S)
 
     def _track_tx(self, tx: AsyncTxHandle) -> AsyncTxHandle:
         """Remember an open transaction, so ``close`` can roll it back."""
