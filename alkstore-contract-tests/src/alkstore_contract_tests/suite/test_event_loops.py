@@ -30,9 +30,7 @@ def own_loop() -> Iterator[asyncio.AbstractEventLoop]:
 def async_store(
     provider: TestProvider, target: StoreTarget, own_loop: asyncio.AbstractEventLoop
 ) -> Iterator[alkstore.AsyncStore]:
-    store = own_loop.run_until_complete(
-        provider.engine.open_async(target.target, **target.options)
-    )
+    store = own_loop.run_until_complete(provider.engine.open_async(target.target, **target.options))
     yield store
     own_loop.run_until_complete(store.close())
 
