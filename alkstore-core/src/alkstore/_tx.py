@@ -322,11 +322,13 @@ class TxHandle(abc.ABC):
         return traced_enqueue(queue, stamp, lambda s: self._enqueue_tx(queue, s, payload_json))
 
     def _check_active(self) -> None:
-        if self.state is TxState.OPEN and self._store._closing_ends(self):
-            # The store's close may not have reached us yet (it waits for the
-            # statements under way, which may wait on our locks): end now.
-            self._end_with_store()
-        self._store._check_open()  # first: closing the store also rolled us back
+        store = self._store
+        if store._closed:  # first: closing the store also rolls us back
+            if self.state is TxState.OPEN and store._closing_ends(self):
+                # The close may not have reached us yet (it waits for the
+                # statements under way, which may wait on our locks): end now.
+                self._end_with_store()
+            store._check_open()
         if self.state is not TxState.OPEN:
             raise Closed(f"this transaction is already {self.state.value}")
 
