@@ -249,15 +249,11 @@ class AsyncStore(StoreBasics):
     async def begin_tx(self) -> AsyncTxHandle:
         """Open a transaction for a business write and ``*_tx`` side effects."""
         self._check_open()
-        self._begins_under_way += 1
+        self._begins_under_way += 1  # close waits for these: see _track_tx
         try:
-            tx = await self._begin_tx()
-            if self._closed:  # the close did not know of it: end it before close goes on
-                await tx._end_with_store()
-                raise Closed(f"{self!r} closed while the transaction began")
+            return await self._track_tx(await self._begin_tx())
         finally:
             self._begins_under_way -= 1
-        return self._track_tx(tx)
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncTxHandle]:
@@ -298,9 +294,11 @@ class AsyncStore(StoreBasics):
         while self._begins_under_way:
             await asyncio.sleep(_BEGIN_POLL_S)
 
-    def _track_tx(self, tx: AsyncTxHandle) -> AsyncTxHandle:
-        """Remember an open transaction, so ``close`` can roll it back."""
+    async def _track_tx(self, tx: AsyncTxHandle) -> AsyncTxHandle:
+        """Remember an open transaction, so ``close`` can roll it back; one begun
+        while the store closed (the close did not know of it) is ended first."""
         if self._closed:
+            await tx._end_with_store()
             raise Closed(f"{self!r} closed while the transaction began")
         self._open_txs.add(tx)
         return tx
