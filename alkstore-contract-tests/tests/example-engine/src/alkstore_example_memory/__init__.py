@@ -97,6 +97,45 @@ class Row:
     traceparent: str | None = None
 
 
+class WriterLock:
+    """The database's writer lock, reentrant for the thread that holds it.
+
+    Unlike ``threading.RLock`` it can be released from another thread on its
+    holder's behalf: a store closed on one thread rolls back transactions
+    begun on others (docs/engine-authors.md, "Closing a store ends its
+    transactions"), and must free the database they held.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._holder: int | None = None
+        self._depth = 0
+
+    def acquire(self) -> int:
+        """Wait for the lock; return the holder to release it for."""
+        me = threading.get_ident()
+        with self._changed:
+            self._changed.wait_for(lambda: self._holder in (None, me))
+            self._holder = me
+            self._depth += 1
+        return me
+
+    def release(self, holder: int) -> None:
+        with self._changed:
+            if self._holder != holder:
+                raise RuntimeError("the writer lock is not held for that holder")
+            self._depth -= 1
+            if self._depth == 0:
+                self._holder = None
+                self._changed.notify_all()
+
+    def __enter__(self) -> None:
+        self.acquire()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release(threading.get_ident())
+
+
 class Database:
     """Everything one target holds.
 
@@ -106,7 +145,7 @@ class Database:
     """
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
+        self.lock = WriterLock()
         self.state = threading.RLock()
         self.ids = itertools.count(1)
         self.jobs: dict[int, Row] = {}
@@ -184,6 +223,8 @@ class MemoryConnection:
     def __init__(self, db: Database) -> None:
         self.db = db
         self.in_transaction = False
+        self.holder = 0
+        """The writer lock's holder while a transaction is open (``WriterLock.acquire``)."""
         self.writes: list[Callable[[], None]] = []
         self.wakes: set[str] = set()
         self.saved: dict[tuple[str, str], int] = {}
@@ -192,7 +233,7 @@ class MemoryConnection:
         """The keyed jobs this transaction enqueued: (queue, key) to id."""
 
     def begin(self) -> None:
-        self.db.lock.acquire()
+        self.holder = self.db.lock.acquire()
         self.in_transaction = True
 
     def commit(self) -> None:
@@ -218,7 +259,7 @@ class MemoryConnection:
         self.writes, self.wakes, self.saved, self.published = [], set(), {}, []
         self.keyed = {}
         self.in_transaction = False
-        self.db.lock.release()
+        self.db.lock.release(self.holder)
 
 
 class MemoryTx(TxHandle):
