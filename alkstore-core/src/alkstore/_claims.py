@@ -64,6 +64,16 @@ class ClaimLedger:
 
     def attempt(self, queue: str, job_id: int, worker_id: str) -> int | None:
         """The attempt of ``worker_id``'s latest claim of the job through this store, if known."""
+        ((_, attempt),) = self.attempts(queue, (job_id,), worker_id)
+        return attempt
+
+    def attempts(
+        self, queue: str, job_ids: Iterable[int], worker_id: str
+    ) -> list[tuple[int, int | None]]:
+        """Each job id with :meth:`attempt`'s answer for it, looked up under one lock."""
         with self._lock:
-            found = self._claims.get((queue, job_id))
-        return found[1] if found is not None and found[0] == worker_id else None
+            found = [(job_id, self._claims.get((queue, job_id))) for job_id in job_ids]
+        return [
+            (job_id, claim[1] if claim is not None and claim[0] == worker_id else None)
+            for job_id, claim in found
+        ]

@@ -317,14 +317,16 @@ def fenced_claims(
     id the attempt this store handed to ``worker_id``, if it remembers one.
     """
     claims: dict[int, int | None] = {}
+    bare_ids: list[int] = []
     for item in job_ids:
         if isinstance(item, ClaimedJob):
             if not item._released:
                 claims[item.id] = item.attempts
         else:
-            job_id = check_job_id(item)
-            if job_id not in claims:
-                claims[job_id] = ledger.attempt(queue, job_id, worker_id)
+            bare_ids.append(check_job_id(item))
+    if bare_ids:  # a handle's own claim wins over what the ledger says of its id
+        for job_id, attempt in ledger.attempts(queue, bare_ids, worker_id):
+            claims.setdefault(job_id, attempt)
     return sorted(claims.items())
 
 
@@ -348,4 +350,6 @@ def not_in_engine(queue: object, operation: str) -> NotImplementedError:
 
 def check_job_id(job_id: object) -> int:
     """Return ``job_id`` if it is a positive 64-bit int."""
+    if type(job_id) is int and 0 < job_id <= _MAX_JOB_ID:  # the common case, cheaply
+        return job_id
     return check_int(job_id, "job_id", minimum=1, maximum=_MAX_JOB_ID)
