@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from alkstore import QueueOpts
 from alkstore.engine import AsyncJob, AsyncQueue, JobStamp
-from alkstore_postgres._queue import QueuePlans
+from alkstore_postgres._queue import QueuePlans, claimed_jobs
 
 if TYPE_CHECKING:
     from alkstore_postgres._async_store import PostgresAsyncStore
@@ -28,8 +28,8 @@ class PostgresAsyncQueue(AsyncQueue):
         return await self._store.run(self._plans.enqueue(stamp, payload_json))
 
     async def _claim(self, worker_id: str, n: int) -> list[AsyncJob]:
-        claimed = await self._store.run(self._plans.claim(worker_id, n))
-        return [AsyncJob(queue=self, **fields) for fields in claimed]
+        rows = await self._store.run(self._plans.claim(worker_id, n))
+        return claimed_jobs(AsyncJob, self, rows, worker_id)
 
     async def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
         return await self._store.run(self._plans.ack_batch(claims, worker_id))

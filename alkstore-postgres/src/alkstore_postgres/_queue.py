@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from alkstore import Database, JobInfo, QueueOpts
 from alkstore.engine import (
@@ -23,8 +24,11 @@ if TYPE_CHECKING:
     from alkstore_postgres._store import PostgresStore
 
 __all__ = [
-    "STAMP_COLUMNS", "PostgresQueue", "QueuePlans", "insert_job", "job_info", "stamp_columns",
+    "STAMP_COLUMNS", "PostgresQueue", "QueuePlans", "claimed_jobs", "insert_job", "job_info",
+    "stamp_columns",
 ]  # fmt: skip
+
+J = TypeVar("J")
 
 
 # The last_error of the dead letters the engine makes itself: core's texts, bound.
@@ -111,7 +115,8 @@ class QueuePlans:
         yield Operation(f"enqueue into {self._name!r}")
         return (yield from insert_job(self._sql, self._name, stamp, payload_json))
 
-    def claim(self, worker_id: str, n: int) -> Plan[list[dict[str, Any]]]:
+    def claim(self, worker_id: str, n: int) -> Plan[list[tuple[Any, ...]]]:
+        """The claimed rows, for :func:`claimed_jobs`."""
         yield Operation(f"claim from {self._name!r}")
         sql = self._sql
         params = {"queue": self._key, "worker": stored(worker_id), "n": n, "lapsed": _LAPSED}
@@ -126,7 +131,7 @@ class QueuePlans:
                     Statement(sql.claim, params, Fetch.ALL),
                 )
             )
-        return [_claimed(row, worker_id) for row in rows]
+        return rows  # type: ignore[no-any-return]
 
     def ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> Plan[int]:
         yield Operation(f"ack_batch on {self._name!r}")
@@ -229,21 +234,26 @@ class QueuePlans:
         return None if row is None else float(row[0])
 
 
-_CLAIMED = (
-    "id", "payload", "priority", "attempts", "max_attempts", "run_at", "deadline",
-    "backoff_base_s", "visibility_timeout_s", "key", "traceparent",
-)  # fmt: skip
-"""The columns ``claim`` returns, as keywords of ``Job``."""
+def claimed_jobs(
+    job: Callable[..., J], queue: object, rows: list[tuple[Any, ...]], worker_id: str
+) -> list[J]:
+    """The handles (``Job`` or ``AsyncJob``) of the rows a ``claim`` plan returned.
 
-
-def _claimed(row: tuple[Any, ...], worker_id: str) -> dict[str, Any]:
-    """A claimed row as keyword arguments of ``Job`` (or ``AsyncJob``) but ``queue``."""
-    fields = dict(zip(_CLAIMED, row, strict=True))
-    fields["payload"] = decode(fields["payload"])
-    fields["worker_id"] = worker_id
-    if fields["key"] is not None:
-        fields["key"] = unstored(fields["key"])
-    return fields
+    Each row's fields are passed by name, without a dict between: a claim of
+    32 builds 32 handles, and the dict cost as much again as the handle.
+    """
+    jobs = []
+    for row in rows:
+        (job_id, payload, priority, attempts, max_attempts, run_at, deadline, backoff, lease,
+         key, traceparent) = row  # fmt: skip
+        handle = job(
+            queue=queue, id=job_id, payload=decode(payload), priority=priority,
+            attempts=attempts, max_attempts=max_attempts, run_at=run_at, deadline=deadline,
+            worker_id=worker_id, backoff_base_s=backoff, visibility_timeout_s=lease,
+            key=None if key is None else unstored(key), traceparent=traceparent,
+        )  # fmt: skip
+        jobs.append(handle)
+    return jobs
 
 
 def _holds(job_id: int, attempts: int, worker_id: str, **extra: Any) -> dict[str, Any]:
@@ -264,8 +274,8 @@ class PostgresQueue(Queue):
         return self._store.run(self._plans.enqueue(stamp, payload_json))
 
     def _claim(self, worker_id: str, n: int) -> list[Job]:
-        claimed = self._store.run(self._plans.claim(worker_id, n))
-        return [Job(queue=self, **fields) for fields in claimed]
+        rows = self._store.run(self._plans.claim(worker_id, n))
+        return claimed_jobs(Job, self, rows, worker_id)
 
     def _ack_batch(self, claims: list[tuple[int, int | None]], worker_id: str) -> int:
         return self._store.run(self._plans.ack_batch(claims, worker_id))

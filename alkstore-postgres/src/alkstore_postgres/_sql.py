@@ -424,8 +424,9 @@ class Statements:
         # by primary key: matched by key, the planner read the queue's range of
         # jobs_claimed, whose entries for acked jobs stay until a vacuum (a bitmap
         # scan never marks them dead), and each ack of a drain read more of them.
+        # The arrays go in binary: psycopg writes a text array element by element.
         self.ack_batch = render(
-            "DELETE FROM {s}.jobs AS j USING unnest(%(ids)s::bigint[], %(attempts)s::int[]) "
+            "DELETE FROM {s}.jobs AS j USING unnest(%(ids)b::bigint[], %(attempts)b::int[]) "
             "AS c(id, attempts) WHERE j.id = c.id "
             "AND j.attempts = COALESCE(c.attempts, j.attempts) "
             "AND j.queue = %(queue)s AND j.worker_id = %(worker)s AND j.deadline >= {now}"
