@@ -94,7 +94,9 @@ class PromptCalls:
         if self._pool.checkpoint_pending:
             raise WouldWait
         self._writes_since_checkpoint += 1
-        self._text_since_checkpoint += sum(len(arg) for arg in args if type(arg) is str)
+        for arg in args:  # not sum() over a generator: this runs on every prompt write
+            if type(arg) is str:
+                self._text_since_checkpoint += len(arg)
         changes = self._pool.prompt_changes()
         rows = changes - self._rows_at_checkpoint
         if (
