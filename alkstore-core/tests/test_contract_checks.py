@@ -450,6 +450,28 @@ def test_ack_batch_takes_jobs_and_skips_released_ones(store: RecordingStore) -> 
     assert queue.ack_batch([job], "w") == 0
 
 
+def test_ack_batch_fences_a_job_given_as_handle_and_id_by_the_handles_claim(
+    store: RecordingStore,
+) -> None:
+    queue = store.queue("q")
+    job = queue.claim_one("w")
+    assert job is not None
+
+    def ledger_remembers_attempt_1() -> None:  # a whole ack makes it forget
+        job.attempts = 1
+        store._claims.remember("q", [job])
+        job.attempts = 7  # the handle's claim, not the one the ledger remembers
+
+    for items in ([job.id, job], [job, job.id]):
+        ledger_remembers_attempt_1()
+        queue.ack_batch(items, "w")
+        assert store.calls.pop() == ("ack_batch", [(job.id, 7)], "w")
+    ledger_remembers_attempt_1()
+    job._released = True  # a released handle acks nothing; its id alone still counts
+    queue.ack_batch([job, job.id], "w")
+    assert store.calls.pop() == ("ack_batch", [(job.id, 1)], "w")
+
+
 def test_the_claim_ledger_forgets_the_oldest_claims_past_its_capacity() -> None:
     from alkstore._claims import ClaimLedger
 

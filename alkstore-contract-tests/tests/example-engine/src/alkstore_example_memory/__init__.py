@@ -121,6 +121,7 @@ class WriterLock:
         return me
 
     def release(self, holder: int) -> None:
+        """Release one hold of ``holder`` (what its ``acquire`` returned), from any thread."""
         with self._changed:
             if self._holder != holder:
                 raise RuntimeError("the writer lock is not held for that holder")
