@@ -462,7 +462,8 @@ def test_ack_batch_fences_a_job_given_as_handle_and_id_by_the_handles_claim(
         store._claims.remember("q", [job])
         job.attempts = 7  # the handle's claim, not the one the ledger remembers
 
-    for items in ([job.id, job], [job, job.id]):
+    orders: list[list[int | Job]] = [[job.id, job], [job, job.id]]
+    for items in orders:
         ledger_remembers_attempt_1()
         queue.ack_batch(items, "w")
         assert store.calls.pop() == ("ack_batch", [(job.id, 7)], "w")
